@@ -1,0 +1,247 @@
+"""GRPO on GSM8K with the <reasoning>/<answer> format: the classic one-file recipe, on TRL 1.16.
+
+One GPU (vLLM colocate generation when vLLM is installed):  python gsm8k_grpo.py
+LoRA, or 4-bit QLoRA on a small GPU:                        python gsm8k_grpo.py --use_peft [--load_in_4bit]
+Any GRPOConfig field, from the command line or YAML:        python gsm8k_grpo.py --config my.yaml --learning_rate 1e-6
+Offline on CPU with a tiny local model (< 1 minute):        python offline.py && python gsm8k_grpo.py --config offline/gsm8k_grpo.yaml
+"""
+
+import importlib.util
+import logging
+import netrc
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from datasets import Dataset, load_dataset
+from transformers import AutoTokenizer
+from trl import GRPOConfig, GRPOTrainer, ModelConfig, TrlParser, get_peft_config, get_quantization_config
+
+import rewards
+
+logger = logging.getLogger("gsm8k_grpo")
+
+# ------------------------------------------------------------------------------------------------------------ config
+MODEL_NAME = "Qwen/Qwen2.5-1.5B-Instruct"
+
+# The recipe's choices; every other GRPOConfig field keeps TRL's default. YAML (--config) overrides these, and the
+# command line overrides both. Valid on ONE GPU: 8 prompts' worth of completions per step must split into whole
+# groups of num_generations (per_device_train_batch_size × GPUs × steps_per_generation % num_generations == 0).
+RECIPE_DEFAULTS = dict(
+    output_dir="runs/gsm8k_grpo",
+    learning_rate=5e-6,
+    adam_beta1=0.9,
+    adam_beta2=0.99,
+    weight_decay=0.1,
+    warmup_ratio=0.1,
+    lr_scheduler_type="cosine",
+    max_grad_norm=0.1,
+    activation_checkpointing=True,  # a.k.a. gradient_checkpointing: trades ~20% speed for memory
+    num_generations=8,  # completions per prompt; GRPO's advantage is each one's reward relative to its group
+    per_device_train_batch_size=8,
+    gradient_accumulation_steps=4,  # 32 completions (4 prompts × 8) per optimizer step
+    max_completion_length=512,
+    temperature=1.0,
+    num_train_epochs=1,
+    logging_steps=1,
+    save_steps=100,
+    save_total_limit=3,
+    eval_strategy="steps",
+    eval_steps=100,
+    per_device_eval_batch_size=16,
+    num_generations_eval=4,
+    vllm_mode="colocate",
+    vllm_gpu_memory_utilization=0.3,
+    num_completions_to_print=2,  # used with --log_completions
+    lora_r=16,  # used with --use_peft
+    lora_alpha=32,
+    lora_target_modules=["all-linear"],
+)
+
+
+def arg(default, help: str):
+    return field(default=default, metadata={"help": help})
+
+
+@dataclass
+class ScriptArguments:
+    dataset_path: str | None = arg(None, "Local GSM8K-form data instead of openai/gsm8k: a JSON/JSONL/parquet file "
+                                         "(train only) or a folder with train.* and test.* files.")
+    num_eval_examples: int = arg(200, "Held-out problems scored with the same rewards during training (0: no eval).")
+
+
+@dataclass
+class RecipeGRPOConfig(GRPOConfig):
+    """GRPOConfig whose precision and vLLM switch default to what this machine supports."""
+
+    use_vllm: bool | None = field(default=None, metadata={"nargs": "?", "const": True, "help": "Generate with vLLM. "
+                                  "Default: on when vLLM is installed and a CUDA GPU is present, off otherwise."})
+
+    def __post_init__(self):
+        cuda = torch.cuda.is_available() and not self.use_cpu
+        if self.bf16 is None and not self.fp16:  # bf16 where the GPU has it, fp16 otherwise (T4), fp32 on CPU
+            self.bf16 = cuda and torch.cuda.is_bf16_supported()
+            self.fp16 = cuda and not self.bf16
+        vllm_installed = importlib.util.find_spec("vllm") is not None
+        if self.use_vllm is None:
+            self.use_vllm = cuda and vllm_installed
+        elif self.use_vllm and not vllm_installed:
+            sys.exit("--use_vllm: vLLM is not installed; `pip install 'trl[vllm]'` or drop --use_vllm.")
+        elif self.use_vllm and not cuda:
+            sys.exit("--use_vllm needs a CUDA GPU; drop --use_vllm to generate with transformers.")
+        check_batch_divisibility(self)
+        super().__post_init__()
+
+
+def check_batch_divisibility(args: GRPOConfig) -> None:
+    """Say in one line how to fix a batch that TRL would reject, naming the smallest working batch size."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    steps = args.steps_per_generation or args.gradient_accumulation_steps
+    if args.generation_batch_size is None and (args.per_device_train_batch_size * world * steps) % args.num_generations:
+        fix = next(b for b in range(args.per_device_train_batch_size, 10**6) if (b * world * steps) % args.num_generations == 0)
+        sys.exit(f"per_device_train_batch_size × processes × steps_per_generation = {args.per_device_train_batch_size} × "
+                 f"{world} × {steps} is not a multiple of num_generations={args.num_generations}: pass "
+                 f"--per_device_train_batch_size {fix} or a smaller --num_generations.")
+    n_eval = args.num_generations_eval or args.num_generations
+    if args.eval_strategy != "no" and (args.per_device_eval_batch_size * world) % n_eval:
+        sys.exit(f"per_device_eval_batch_size × processes = {args.per_device_eval_batch_size} × {world} is not a multiple "
+                 f"of num_generations_eval={n_eval}: pass --per_device_eval_batch_size {n_eval}.")
+
+
+def parse_args(argv: list[str] | None = None) -> tuple[ScriptArguments, RecipeGRPOConfig, ModelConfig]:
+    """CLI and `--config file.yaml` over RECIPE_DEFAULTS, the TRL example scripts' way."""
+    parser = TrlParser((ScriptArguments, RecipeGRPOConfig, ModelConfig))
+    parser.set_defaults_with_config(**RECIPE_DEFAULTS, reward_weights=REWARD_WEIGHTS, model_name_or_path=MODEL_NAME)
+    script_args, training_args, model_args = parser.parse_args_and_config(argv)
+    if script_args.num_eval_examples == 0:
+        training_args.eval_strategy = "no"
+    return script_args, training_args, model_args
+
+
+# -------------------------------------------------------------------------------------------------------------- data
+def build_dataset(split: str = "train", dataset_path: str | None = None) -> Dataset:
+    """GSM8K as conversational `prompt`s (system + question) and numeric `answer`s (the text after '####')."""
+    if dataset_path is None:
+        raw = load_dataset("openai/gsm8k", "main", split=split)
+    elif Path(dataset_path).is_dir():
+        raw = load_dataset(dataset_path, split=split)
+    else:
+        file_format = "parquet" if dataset_path.endswith(".parquet") else "json"
+        raw = load_dataset(file_format, data_files={"train": dataset_path}, split=split)
+    missing = {"question", "answer"} - set(raw.column_names)
+    if missing:
+        raise ValueError(f"{dataset_path or 'openai/gsm8k'} ({split}) lacks column(s) {sorted(missing)}: it has "
+                         f"{raw.column_names}; rename them to `question` and `answer` ('<solution> #### <number>').")
+    return raw.map(
+        lambda row: {
+            "prompt": [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": row["question"]}],
+            "answer": rewards.extract_hash_answer(row["answer"]),
+        },
+        remove_columns=raw.column_names,
+    )
+
+
+# ----------------------------------------------------------------------------------------------------- system prompt
+SYSTEM_PROMPT = """Respond in the following format:
+<reasoning>
+...
+</reasoning>
+<answer>
+...
+</answer>"""
+
+# ----------------------------------------------------------------------------------------------------------- rewards
+# Correctness dominates: a correct, well-formatted answer scores 2 + 0.5 × 4 = 4.0; the best any wrong or malformed
+# completion can reach is 2.0 (tests/test_rewards.py probes this with adversarial completions).
+REWARD_FUNCS = [
+    rewards.correctness_reward,
+    rewards.integer_answer_reward,
+    rewards.strict_format_reward,
+    rewards.soft_format_reward,
+    rewards.xml_tag_count_reward,
+]
+REWARD_WEIGHTS = [2.0, 0.5, 0.5, 0.5, 0.5]
+
+
+# ----------------------------------------------------------------------------------------------------------- trainer
+def setup_wandb(training_args: GRPOConfig) -> None:
+    """Never block on wandb's interactive login: without credentials, log offline (sync later with `wandb sync`)."""
+    if "wandb" not in training_args.report_to:
+        return
+    if importlib.util.find_spec("wandb") is None:
+        sys.exit("--report_to wandb: wandb is not installed; `pip install wandb`.")
+    try:
+        logged_in = bool(netrc.netrc().authenticators("api.wandb.ai"))
+    except (FileNotFoundError, netrc.NetrcParseError):
+        logged_in = False
+    if not (os.environ.get("WANDB_API_KEY") or logged_in or os.environ.get("WANDB_MODE")):
+        os.environ["WANDB_MODE"] = "offline"
+        logger.warning("wandb: no API key (WANDB_API_KEY or `wandb login`), logging offline to ./wandb; "
+                       "upload later with `wandb sync`.")
+
+
+def check_model_options(training_args: GRPOConfig, model_args: ModelConfig) -> None:
+    """Fail in one line on options TRL would only reject after loading the model."""
+    if len(training_args.reward_weights) != len(REWARD_FUNCS):
+        sys.exit(f"--reward_weights has {len(training_args.reward_weights)} values for {len(REWARD_FUNCS)} reward "
+                 f"functions ({', '.join(f.__name__ for f in REWARD_FUNCS)}).")
+    if (model_args.load_in_4bit or model_args.load_in_8bit) and not model_args.use_peft:
+        sys.exit("--load_in_4bit/--load_in_8bit freeze the quantized base model: add --use_peft to train LoRA adapters.")
+    if (model_args.load_in_4bit or model_args.load_in_8bit) and importlib.util.find_spec("bitsandbytes") is None:
+        sys.exit("--load_in_4bit/--load_in_8bit need bitsandbytes: `pip install bitsandbytes`.")
+    if model_args.load_in_4bit and model_args.dtype == "float32":  # QLoRA computes in half precision, not fp32
+        model_args.dtype = "bfloat16" if training_args.bf16 else "float16"
+
+
+def main(argv: list[str] | None = None) -> GRPOTrainer:
+    script_args, training_args, model_args = parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
+    if "OMP_NUM_THREADS" in os.environ:  # torch read it at import, before a YAML `env:` block could set it
+        torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+    check_model_options(training_args, model_args)
+    generation = f"vLLM ({training_args.vllm_mode})" if training_args.use_vllm else "transformers"
+    if not training_args.use_vllm and torch.cuda.is_available():
+        generation += " (install vLLM for faster generation)"
+    precision = "bf16" if training_args.bf16 else "fp16" if training_args.fp16 else "fp32"
+    logger.info(f"precision {precision}; generation with {generation}")
+
+    tokenizer = AutoTokenizer.from_pretrained(model_args.model_name_or_path, padding_side="left")
+    if tokenizer.chat_template is None:
+        sys.exit(f"{model_args.model_name_or_path} has no chat template; use an instruct/chat model or set "
+                 "tokenizer.chat_template before training.")
+    evaluate = training_args.eval_strategy != "no"
+    if evaluate and script_args.dataset_path and not Path(script_args.dataset_path).is_dir():
+        sys.exit(f"{script_args.dataset_path} is one file, so it has no held-out split: pass --num_eval_examples 0, "
+                 "or point --dataset_path at a folder with train.jsonl and test.jsonl.")
+    try:
+        train_dataset = build_dataset("train", script_args.dataset_path)
+        eval_dataset = build_dataset("test", script_args.dataset_path) if evaluate else None
+    except ValueError as err:  # a missing column or split: one line, not a traceback
+        sys.exit(str(err))
+    if eval_dataset is not None:
+        eval_dataset = eval_dataset.select(range(min(script_args.num_eval_examples, len(eval_dataset))))
+    setup_wandb(training_args)
+
+    training_args.model_init_kwargs = {"dtype": model_args.dtype, "revision": model_args.model_revision,
+                                       "attn_implementation": model_args.attn_implementation,
+                                       **(training_args.model_init_kwargs or {})}
+    trainer = GRPOTrainer(
+        model=model_args.model_name_or_path,
+        reward_funcs=REWARD_FUNCS,
+        args=training_args,
+        train_dataset=train_dataset,
+        eval_dataset=eval_dataset,
+        processing_class=tokenizer,
+        peft_config=get_peft_config(model_args),
+        quantization_config=get_quantization_config(model_args),
+    )
+    trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+    trainer.save_model(training_args.output_dir)
+    logger.info(f"saved the trained model to {training_args.output_dir}")
+    return trainer
+
+
+if __name__ == "__main__":
+    main()

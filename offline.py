@@ -1,0 +1,152 @@
+"""The offline kit: GSM8K-shaped toy problems and a tiny Qwen2 model built locally, no Hub needed.
+
+    python offline.py                       # writes offline/ in ~5 s
+    python gsm8k_grpo.py --config offline/gsm8k_grpo.yaml
+
+offline/gsm8k_toy/{train,test}.jsonl  toy word problems in GSM8K form (`question`, `answer` ending "#### n")
+offline/tiny-qwen2/                   a randomly initialised Qwen2ForCausalLM (~0.1M parameters) with a byte-level
+                                      BPE tokenizer trained on the toy text and TRL's bundled Qwen2.5 chat template
+offline/gsm8k_grpo.yaml               a `--config` for gsm8k_grpo.py that trains on the two above on CPU
+
+The model is untrained, so its completions are noise and its rewards near zero: the kit exercises every code path
+of a recipe (data, chat template, generation, rewards, GRPO loss, evaluation, checkpoints) fast, not learning.
+"""
+
+import argparse
+import json
+import random
+from pathlib import Path
+
+NAMES = ["Ava", "Ben", "Chidi", "Dana", "Elif", "Farid", "Grace", "Hiro", "Ines", "Jonas", "Kemi", "Luca"]
+ITEMS = ["marbles", "stickers", "apples", "pencils", "stamps", "shells"]
+
+
+def _problem(rng: random.Random) -> dict:
+    """One word problem with a worked solution in GSM8K's style (calculator annotations, '#### answer')."""
+    name, item = rng.choice(NAMES), rng.choice(ITEMS)
+    kind = rng.randrange(4)
+    if kind == 0:
+        have, packs, per_pack = rng.randint(2, 40), rng.randint(2, 9), rng.randint(2, 12)
+        bought = packs * per_pack
+        answer = have + bought
+        question = (f"{name} has {have} {item}. {name} buys {packs} packs with {per_pack} {item} in each. "
+                    f"How many {item} does {name} have now?")
+        steps = [f"{name} buys {packs} * {per_pack} = <<{packs}*{per_pack}={bought}>>{bought} {item}.",
+                 f"{name} now has {have} + {bought} = <<{have}+{bought}={answer}>>{answer} {item}."]
+    elif kind == 1:
+        price, count = rng.randint(2, 9), rng.randint(2, 9)
+        bill = rng.choice([50, 100])
+        cost = price * count
+        answer = bill - cost
+        question = (f"A shop sells {item} for ${price} each. {name} buys {count} {item} and pays with a ${bill} "
+                    f"bill. How much change does {name} get, in dollars?")
+        steps = [f"The {item} cost {count} * ${price} = $<<{count}*{price}={cost}>>{cost}.",
+                 f"The change is ${bill} - ${cost} = $<<{bill}-{cost}={answer}>>{answer}."]
+    elif kind == 2:
+        friends, each = rng.randint(2, 8), rng.randint(3, 15)
+        total = friends * each
+        answer = each
+        question = (f"{name} has {total} {item} and shares them equally among {friends} friends. "
+                    f"How many {item} does each friend get?")
+        steps = [f"Each friend gets {total} / {friends} = <<{total}/{friends}={answer}>>{answer} {item}."]
+    else:
+        per_day, weeks = rng.randint(120, 990), rng.randint(2, 6)
+        days = 7 * weeks
+        answer = per_day * days
+        question = (f"A farm collects {per_day} {item} every day. How many {item} does it collect in {weeks} weeks?")
+        steps = [f"{weeks} weeks have 7 * {weeks} = <<7*{weeks}={days}>>{days} days.",
+                 f"The farm collects {per_day} * {days} = <<{per_day}*{days}={answer}>>{answer} {item}."]
+    # GSM8K writes some large gold answers with a thousands separator; keep a few so the parser is exercised.
+    gold = f"{answer:,}" if answer >= 1000 and rng.random() < 0.5 else str(answer)
+    return {"question": question, "answer": "\n".join(steps) + f"\n#### {gold}"}
+
+
+def write_toy_gsm8k(out_dir: str | Path, n_train: int = 48, n_test: int = 16, seed: int = 0) -> Path:
+    """Write `train.jsonl` and `test.jsonl` of toy problems to out_dir (a folder `load_dataset` reads as two splits)."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    rng = random.Random(seed)
+    for split, n in (("train", n_train), ("test", n_test)):
+        with open(out_dir / f"{split}.jsonl", "w") as f:
+            for _ in range(n):
+                f.write(json.dumps(_problem(rng)) + "\n")
+    return out_dir
+
+
+def build_tiny_model(out_dir: str | Path, corpus: list[str], vocab_size: int = 1024, seed: int = 0) -> Path:
+    """Train a byte-level BPE tokenizer on `corpus`, build a small random Qwen2ForCausalLM, save both to out_dir."""
+    import torch
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+    from trl.chat_template_utils import qwen2_5_chat_template
+
+    special = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=special,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    bpe.train_from_iterator(corpus, trainer=trainer)
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token="<|im_end|>", pad_token="<|endoftext|>",
+                                        chat_template=qwen2_5_chat_template)
+    # Qwen2.5 keeps its tool-call markers as single added tokens; so does the tiny tokenizer, for the tool recipes.
+    tokenizer.add_tokens(["<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>"])
+
+    torch.manual_seed(seed)
+    im_end, pad = tokenizer.convert_tokens_to_ids("<|im_end|>"), tokenizer.pad_token_id
+    config = Qwen2Config(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32768,
+                         rope_theta=1_000_000.0, tie_word_embeddings=True, bos_token_id=None,
+                         eos_token_id=im_end, pad_token_id=pad)
+    model = Qwen2ForCausalLM(config)
+    model.generation_config.eos_token_id = [im_end, pad]
+    model.generation_config.pad_token_id = pad
+    out_dir = Path(out_dir)
+    model.save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)
+    return out_dir
+
+
+OFFLINE_GRPO_CONFIG = {
+    # Small enough for a laptop CPU in well under a minute; every other field keeps the recipe's default.
+    "use_cpu": True,
+    "activation_checkpointing": False,
+    "num_generations": 4,
+    "per_device_train_batch_size": 4,
+    "gradient_accumulation_steps": 1,
+    "max_completion_length": 32,
+    "max_steps": 4,
+    "logging_steps": 1,
+    "save_steps": 2,
+    "eval_steps": 2,
+    "num_eval_examples": 8,
+    "per_device_eval_batch_size": 8,
+    "num_generations_eval": 2,
+    "report_to": "none",
+    "seed": 0,
+    # On small shared CPUs one thread is many times faster than two for a model this size.
+    "env": {"OMP_NUM_THREADS": "1"},
+}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out_dir", default="offline", help="where to write the kit")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    out = Path(args.out_dir)
+    data_dir = write_toy_gsm8k(out / "gsm8k_toy", seed=args.seed)
+    corpus = [line for split in ("train", "test") for line in (data_dir / f"{split}.jsonl").read_text().splitlines()]
+    corpus += ["<reasoning>\nStep by step.\n</reasoning>\n<answer>\n42\n</answer>",
+               "Respond in the following format: reasoning, then answer. system user assistant tool"]
+    model_dir = build_tiny_model(out / "tiny-qwen2", corpus, seed=args.seed)
+    config = {"model_name_or_path": str(model_dir), "dataset_path": str(data_dir),
+              "output_dir": str(out / "runs" / "gsm8k_grpo"), **OFFLINE_GRPO_CONFIG}
+    import yaml
+
+    (out / "gsm8k_grpo.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    print(f"wrote {data_dir}, {model_dir} and {out / 'gsm8k_grpo.yaml'}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,195 @@
+"""gsm8k_grpo.py: its data, its config and pre-flight checks, and real GRPO runs through its own entry point."""
+
+import importlib.util
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+import gsm8k_grpo
+from conftest import ROOT
+
+
+def run_recipe(kit: Path, *extra: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    """`python gsm8k_grpo.py --config <kit>/gsm8k_grpo.yaml ...` in a subprocess, as a user would run it."""
+    cmd = [sys.executable, str(ROOT / "gsm8k_grpo.py"), "--config", str(kit / "gsm8k_grpo.yaml"), *extra]
+    env = {k: v for k, v in {**os.environ, **(env or {})}.items() if v is not None}  # None: unset
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=kit, env=env, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    return proc
+
+
+def train_logs(stdout: str) -> list[dict]:
+    """The per-step training log dicts the trainer printed (not eval, not the final summary)."""
+    logs = [eval(line[line.index("{"):]) for line in stdout.splitlines() if "'rewards/correctness_reward/mean'" in line]
+    return [log for log in logs if "loss" in log]
+
+
+# -------------------------------------------------------------------------------------------------------------- data
+def test_build_dataset_makes_conversational_prompts_and_numeric_answers(kit):
+    dataset = gsm8k_grpo.build_dataset("train", str(kit / "gsm8k_toy"))
+    assert sorted(dataset.column_names) == ["answer", "prompt"] and len(dataset) == 48
+    row = dataset[0]
+    assert row["prompt"][0] == {"role": "system", "content": gsm8k_grpo.SYSTEM_PROMPT}
+    assert row["prompt"][1]["role"] == "user" and row["prompt"][1]["content"].endswith("?")
+    assert all(re.fullmatch(r"-?\d+", answer) for answer in dataset["answer"])
+    raw = [json.loads(line) for line in (kit / "gsm8k_toy" / "train.jsonl").read_text().splitlines()]
+    with_separator = [i for i, r in enumerate(raw) if "," in r["answer"].split("####")[1]]
+    assert with_separator, "the toy data should exercise thousands separators"
+    assert "," not in dataset[with_separator[0]]["answer"]
+
+
+def test_build_dataset_reads_a_single_jsonl_or_parquet_file(kit, tmp_path):
+    jsonl = kit / "gsm8k_toy" / "test.jsonl"
+    from_jsonl = gsm8k_grpo.build_dataset("train", str(jsonl))
+    parquet = tmp_path / "test.parquet"
+    from datasets import load_dataset
+
+    load_dataset("json", data_files=str(jsonl), split="train").to_parquet(str(parquet))
+    from_parquet = gsm8k_grpo.build_dataset("train", str(parquet))
+    assert len(from_jsonl) == len(from_parquet) == 16
+    assert from_jsonl["answer"] == from_parquet["answer"]
+
+
+def test_a_dataset_without_gsm8k_columns_gets_a_one_line_error(tmp_path, kit):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"problem": "1 + 1?", "solution": "2"}) + "\n")
+    with pytest.raises(SystemExit, match=r"lacks column\(s\) \['answer', 'question'\].*rename them"):
+        gsm8k_grpo.main(["--model_name_or_path", str(kit / "tiny-qwen2"), "--dataset_path", str(bad),
+                         "--num_eval_examples", "0", "--output_dir", str(tmp_path / "out")])
+
+
+def test_a_single_file_without_a_test_split_says_how_to_train_without_eval(tmp_path, kit):
+    with pytest.raises(SystemExit, match="--num_eval_examples 0"):
+        gsm8k_grpo.main(["--model_name_or_path", str(kit / "tiny-qwen2"), "--output_dir", str(tmp_path / "out"),
+                         "--dataset_path", str(kit / "gsm8k_toy" / "train.jsonl")])
+
+
+# ------------------------------------------------------------------------------------------ config and pre-flight
+def test_the_defaults_are_a_valid_one_gpu_config_with_the_recipe_rewards():
+    _, args, model_args = gsm8k_grpo.parse_args([])
+    assert model_args.model_name_or_path == "Qwen/Qwen2.5-1.5B-Instruct"
+    assert args.generation_batch_size % args.num_generations == 0
+    assert args.reward_weights == gsm8k_grpo.REWARD_WEIGHTS
+    assert len(gsm8k_grpo.REWARD_FUNCS) == len(gsm8k_grpo.REWARD_WEIGHTS)
+    assert args.eval_strategy == "steps"
+
+
+def test_on_cpu_the_config_picks_fp32_and_transformers_generation():
+    _, args, _ = gsm8k_grpo.parse_args([])
+    assert (args.bf16, args.fp16, args.use_vllm) == (False, False, False)
+
+
+def test_yaml_overrides_recipe_defaults_and_the_command_line_overrides_yaml(tmp_path):
+    config = tmp_path / "c.yaml"
+    config.write_text(yaml.safe_dump({"learning_rate": 1e-4, "num_generations": 4, "beta": 0.04, "lora_r": 8}))
+    _, args, model_args = gsm8k_grpo.parse_args(["--config", str(config), "--learning_rate", "3e-6"])
+    assert args.learning_rate == 3e-6 and args.num_generations == 4 and args.beta == 0.04
+    assert model_args.lora_r == 8
+    assert args.max_completion_length == gsm8k_grpo.RECIPE_DEFAULTS["max_completion_length"]
+
+
+def test_the_gists_batch_of_one_with_sixteen_generations_is_rejected_with_the_fix():
+    argv = ["--per_device_train_batch_size", "1", "--gradient_accumulation_steps", "4", "--num_generations", "16"]
+    with pytest.raises(SystemExit, match=r"1 × 1 × 4 is not a multiple of num_generations=16: pass "
+                                         r"--per_device_train_batch_size 4 "):
+        gsm8k_grpo.parse_args(argv)
+    _, args, _ = gsm8k_grpo.parse_args([*argv, "--per_device_train_batch_size", "4"])
+    assert args.generation_batch_size == 16
+
+
+def test_an_eval_batch_that_cannot_hold_whole_groups_is_rejected_with_the_fix():
+    with pytest.raises(SystemExit, match=r"num_generations_eval=4: pass --per_device_eval_batch_size 4"):
+        gsm8k_grpo.parse_args(["--per_device_eval_batch_size", "6"])
+
+
+def test_batch_divisibility_accounts_for_the_number_of_processes(monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "3")
+    with pytest.raises(SystemExit, match=r"8 × 3 × 4 is not a multiple of num_generations=7: pass "
+                                         r"--per_device_train_batch_size 14 "):
+        gsm8k_grpo.parse_args(["--num_generations", "7"])
+
+
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vLLM is installed here")
+def test_use_vllm_without_vllm_says_how_to_install_it():
+    with pytest.raises(SystemExit, match=r"vLLM is not installed; `pip install 'trl\[vllm\]'`"):
+        gsm8k_grpo.parse_args(["--use_vllm"])
+
+
+def test_a_model_without_a_chat_template_is_refused_before_training(kit, tmp_path):
+    model = shutil.copytree(kit / "tiny-qwen2", tmp_path / "no-template")
+    (model / "chat_template.jinja").unlink()
+    with pytest.raises(SystemExit, match="has no chat template"):
+        gsm8k_grpo.main(["--model_name_or_path", str(model), "--dataset_path", str(kit / "gsm8k_toy")])
+
+
+def test_reward_weights_of_the_wrong_length_are_refused_before_training(kit):
+    with pytest.raises(SystemExit, match=r"--reward_weights has 2 values for 5 reward functions"):
+        gsm8k_grpo.main(["--model_name_or_path", str(kit / "tiny-qwen2"), "--reward_weights", "1.0", "2.0"])
+
+
+def test_quantization_without_lora_is_refused_before_loading_the_model(kit):
+    with pytest.raises(SystemExit, match="add --use_peft"):
+        gsm8k_grpo.main(["--model_name_or_path", str(kit / "tiny-qwen2"), "--load_in_4bit"])
+
+
+def test_a_folder_without_a_test_file_names_the_missing_split(kit, tmp_path):
+    data = tmp_path / "train_only"
+    data.mkdir()
+    shutil.copy(kit / "gsm8k_toy" / "train.jsonl", data / "train.jsonl")
+    with pytest.raises(SystemExit, match="test"):
+        gsm8k_grpo.main(["--model_name_or_path", str(kit / "tiny-qwen2"), "--dataset_path", str(data),
+                         "--output_dir", str(tmp_path / "out")])
+
+
+def test_the_command_line_prints_one_line_not_a_traceback(kit):
+    cmd = [sys.executable, str(ROOT / "gsm8k_grpo.py"), "--num_generations", "3"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=kit)
+    assert proc.returncode == 1
+    assert "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines()[-1].startswith("per_device_train_batch_size × processes")
+
+
+# ----------------------------------------------------------------------------------------------------- real training
+def test_offline_run_trains_evaluates_checkpoints_and_resumes(kit):
+    out = kit / "runs" / "resume"
+    first = run_recipe(kit, "--output_dir", str(out), "--log_completions")
+    assert "precision fp32; generation with transformers" in first.stderr
+    state = json.loads((out / "checkpoint-4" / "trainer_state.json").read_text())
+    assert (out / "checkpoint-2" / "model.safetensors").exists() and (out / "model.safetensors").exists()
+    logged = set().union(*state["log_history"])
+    for reward in gsm8k_grpo.REWARD_FUNCS:
+        assert f"rewards/{reward.__name__}/mean" in logged
+        assert f"eval_rewards/{reward.__name__}/mean" in logged  # held-out curve next to the training reward
+    assert sorted((out / "completions").glob("completions_*.parquet")), "--log_completions wrote no completions"
+    lr_by_step = {log["step"]: log["learning_rate"] for log in state["log_history"] if "learning_rate" in log}
+
+    resumed = run_recipe(kit, "--output_dir", str(out), "--resume_from_checkpoint", str(out / "checkpoint-2"))
+    steps = train_logs(resumed.stdout)
+    assert len(steps) == 2, "a resumed run must train only the two steps after the checkpoint"
+    assert [float(log["learning_rate"]) for log in steps] == pytest.approx([lr_by_step[3], lr_by_step[4]], rel=1e-3)  # printed to 4 digits
+
+
+def test_use_peft_trains_and_saves_a_lora_adapter(kit, tmp_path):
+    run_recipe(kit, "--output_dir", str(tmp_path), "--use_peft", "--max_steps", "2", "--num_eval_examples", "0")
+    adapter = json.loads((tmp_path / "adapter_config.json").read_text())
+    assert adapter["peft_type"] == "LORA" and adapter["r"] == gsm8k_grpo.RECIPE_DEFAULTS["lora_r"]
+    targets = {name.rsplit(".", 1)[-1] for name in adapter["target_modules"]}
+    assert targets >= {"q_proj", "v_proj", "down_proj"}  # all-linear
+    assert (tmp_path / "adapter_model.safetensors").exists() and not (tmp_path / "model.safetensors").exists()
+
+
+def test_report_to_wandb_without_credentials_logs_offline_instead_of_prompting(kit, tmp_path):
+    if importlib.util.find_spec("wandb") is None:
+        pytest.skip("wandb is not installed")
+    env = {"HOME": str(tmp_path), "WANDB_DIR": str(tmp_path), "WANDB_API_KEY": None, "WANDB_MODE": None}
+    proc = run_recipe(kit, "--output_dir", str(tmp_path / "out"), "--report_to", "wandb", "--max_steps", "1",
+                      "--num_eval_examples", "0", env=env)
+    assert "logging offline" in proc.stderr
+    assert list((tmp_path / "wandb").glob("offline-run-*")), "no offline wandb run was written"
