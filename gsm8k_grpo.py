@@ -3,11 +3,13 @@
 One GPU (vLLM colocate generation when vLLM is installed):  python gsm8k_grpo.py
 LoRA, or 4-bit QLoRA on a small GPU:                        python gsm8k_grpo.py --use_peft [--load_in_4bit]
 Any GRPOConfig field, from the command line or YAML:        python gsm8k_grpo.py --config my.yaml --learning_rate 1e-6
-Offline on CPU with a tiny local model (< 1 minute):        python offline.py && python gsm8k_grpo.py --config offline/gsm8k_grpo.yaml
+Offline on CPU with a tiny local model (< 1 minute):        python offline.py &&
+                                                            python gsm8k_grpo.py --config offline/gsm8k_grpo.yaml
 """
 
 import importlib.util
 import logging
+import math
 import netrc
 import os
 import sys
@@ -26,9 +28,9 @@ logger = logging.getLogger("gsm8k_grpo")
 # ------------------------------------------------------------------------------------------------------------ config
 MODEL_NAME = "Qwen/Qwen2.5-1.5B-Instruct"
 
-# The recipe's choices; every other GRPOConfig field keeps TRL's default. YAML (--config) overrides these, and the
-# command line overrides both. Valid on ONE GPU: 8 prompts' worth of completions per step must split into whole
-# groups of num_generations (per_device_train_batch_size × GPUs × steps_per_generation % num_generations == 0).
+# The recipe's choices; every other GRPOConfig/ModelConfig field keeps TRL's default. YAML (--config) overrides these,
+# and the command line overrides both. Valid on ONE GPU: each generation round must hold whole groups of
+# num_generations completions (per_device_train_batch_size × GPUs × steps_per_generation % num_generations == 0).
 RECIPE_DEFAULTS = dict(
     output_dir="runs/gsm8k_grpo",
     learning_rate=5e-6,
@@ -69,7 +71,8 @@ def arg(default, help: str):
 class ScriptArguments:
     dataset_path: str | None = arg(None, "Local GSM8K-form data instead of openai/gsm8k: a JSON/JSONL/parquet file "
                                          "(train only) or a folder with train.* and test.* files.")
-    num_eval_examples: int = arg(200, "Held-out problems scored with the same rewards during training (0: no eval).")
+    num_eval_examples: int = arg(200, "Held-out test problems scored with the same rewards at each evaluation "
+                                      "(--eval_strategy no turns evaluation off).")
 
 
 @dataclass
@@ -98,26 +101,25 @@ class RecipeGRPOConfig(GRPOConfig):
 def check_batch_divisibility(args: GRPOConfig) -> None:
     """Say in one line how to fix a batch that TRL would reject, naming the smallest working batch size."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
+    batch, n = args.per_device_train_batch_size, args.num_generations
     steps = args.steps_per_generation or args.gradient_accumulation_steps
-    if args.generation_batch_size is None and (args.per_device_train_batch_size * world * steps) % args.num_generations:
-        fix = next(b for b in range(args.per_device_train_batch_size, 10**6) if (b * world * steps) % args.num_generations == 0)
-        sys.exit(f"per_device_train_batch_size × processes × steps_per_generation = {args.per_device_train_batch_size} × "
-                 f"{world} × {steps} is not a multiple of num_generations={args.num_generations}: pass "
-                 f"--per_device_train_batch_size {fix} or a smaller --num_generations.")
-    n_eval = args.num_generations_eval or args.num_generations
-    if args.eval_strategy != "no" and (args.per_device_eval_batch_size * world) % n_eval:
-        sys.exit(f"per_device_eval_batch_size × processes = {args.per_device_eval_batch_size} × {world} is not a multiple "
-                 f"of num_generations_eval={n_eval}: pass --per_device_eval_batch_size {n_eval}.")
+    if args.generation_batch_size is None and (batch * world * steps) % n:
+        multiple = n // math.gcd(n, world * steps)
+        fix = math.ceil(batch / multiple) * multiple
+        sys.exit(f"per_device_train_batch_size × processes × steps_per_generation = {batch} × {world} × {steps} is "
+                 f"not a multiple of num_generations={n}: pass --per_device_train_batch_size {fix} or a smaller "
+                 "--num_generations.")
+    eval_batch, n_eval = args.per_device_eval_batch_size, args.num_generations_eval or n
+    if args.eval_strategy != "no" and (eval_batch * world) % n_eval:
+        sys.exit(f"per_device_eval_batch_size × processes = {eval_batch} × {world} is not a multiple of "
+                 f"num_generations_eval={n_eval}: pass --per_device_eval_batch_size {n_eval}.")
 
 
 def parse_args(argv: list[str] | None = None) -> tuple[ScriptArguments, RecipeGRPOConfig, ModelConfig]:
     """CLI and `--config file.yaml` over RECIPE_DEFAULTS, the TRL example scripts' way."""
     parser = TrlParser((ScriptArguments, RecipeGRPOConfig, ModelConfig))
     parser.set_defaults_with_config(**RECIPE_DEFAULTS, reward_weights=REWARD_WEIGHTS, model_name_or_path=MODEL_NAME)
-    script_args, training_args, model_args = parser.parse_args_and_config(argv)
-    if script_args.num_eval_examples == 0:
-        training_args.eval_strategy = "no"
-    return script_args, training_args, model_args
+    return parser.parse_args_and_config(argv)
 
 
 # -------------------------------------------------------------------------------------------------------------- data
@@ -187,9 +189,10 @@ def check_model_options(training_args: GRPOConfig, model_args: ModelConfig) -> N
     if len(training_args.reward_weights) != len(REWARD_FUNCS):
         sys.exit(f"--reward_weights has {len(training_args.reward_weights)} values for {len(REWARD_FUNCS)} reward "
                  f"functions ({', '.join(f.__name__ for f in REWARD_FUNCS)}).")
-    if (model_args.load_in_4bit or model_args.load_in_8bit) and not model_args.use_peft:
-        sys.exit("--load_in_4bit/--load_in_8bit freeze the quantized base model: add --use_peft to train LoRA adapters.")
-    if (model_args.load_in_4bit or model_args.load_in_8bit) and importlib.util.find_spec("bitsandbytes") is None:
+    quantized = model_args.load_in_4bit or model_args.load_in_8bit
+    if quantized and not model_args.use_peft:
+        sys.exit("--load_in_4bit/--load_in_8bit freeze the quantized model: add --use_peft to train LoRA adapters.")
+    if quantized and importlib.util.find_spec("bitsandbytes") is None:
         sys.exit("--load_in_4bit/--load_in_8bit need bitsandbytes: `pip install bitsandbytes`.")
     if model_args.load_in_4bit and model_args.dtype == "float32":  # QLoRA computes in half precision, not fp32
         model_args.dtype = "bfloat16" if training_args.bf16 else "float16"
@@ -213,7 +216,7 @@ def main(argv: list[str] | None = None) -> GRPOTrainer:
                  "tokenizer.chat_template before training.")
     evaluate = training_args.eval_strategy != "no"
     if evaluate and script_args.dataset_path and not Path(script_args.dataset_path).is_dir():
-        sys.exit(f"{script_args.dataset_path} is one file, so it has no held-out split: pass --num_eval_examples 0, "
+        sys.exit(f"{script_args.dataset_path} is one file, so it has no held-out split: pass --eval_strategy no, "
                  "or point --dataset_path at a folder with train.jsonl and test.jsonl.")
     try:
         train_dataset = build_dataset("train", script_args.dataset_path)

@@ -62,11 +62,11 @@ def test_a_dataset_without_gsm8k_columns_gets_a_one_line_error(tmp_path, kit):
     bad.write_text(json.dumps({"problem": "1 + 1?", "solution": "2"}) + "\n")
     with pytest.raises(SystemExit, match=r"lacks column\(s\) \['answer', 'question'\].*rename them"):
         gsm8k_grpo.main(["--model_name_or_path", str(kit / "tiny-qwen2"), "--dataset_path", str(bad),
-                         "--num_eval_examples", "0", "--output_dir", str(tmp_path / "out")])
+                         "--eval_strategy", "no", "--output_dir", str(tmp_path / "out")])
 
 
 def test_a_single_file_without_a_test_split_says_how_to_train_without_eval(tmp_path, kit):
-    with pytest.raises(SystemExit, match="--num_eval_examples 0"):
+    with pytest.raises(SystemExit, match="--eval_strategy no"):
         gsm8k_grpo.main(["--model_name_or_path", str(kit / "tiny-qwen2"), "--output_dir", str(tmp_path / "out"),
                          "--dataset_path", str(kit / "gsm8k_toy" / "train.jsonl")])
 
@@ -177,7 +177,7 @@ def test_offline_run_trains_evaluates_checkpoints_and_resumes(kit):
 
 
 def test_use_peft_trains_and_saves_a_lora_adapter(kit, tmp_path):
-    run_recipe(kit, "--output_dir", str(tmp_path), "--use_peft", "--max_steps", "2", "--num_eval_examples", "0")
+    run_recipe(kit, "--output_dir", str(tmp_path), "--use_peft", "--max_steps", "2", "--eval_strategy", "no")
     adapter = json.loads((tmp_path / "adapter_config.json").read_text())
     assert adapter["peft_type"] == "LORA" and adapter["r"] == gsm8k_grpo.RECIPE_DEFAULTS["lora_r"]
     targets = {name.rsplit(".", 1)[-1] for name in adapter["target_modules"]}
@@ -190,6 +190,6 @@ def test_report_to_wandb_without_credentials_logs_offline_instead_of_prompting(k
         pytest.skip("wandb is not installed")
     env = {"HOME": str(tmp_path), "WANDB_DIR": str(tmp_path), "WANDB_API_KEY": None, "WANDB_MODE": None}
     proc = run_recipe(kit, "--output_dir", str(tmp_path / "out"), "--report_to", "wandb", "--max_steps", "1",
-                      "--num_eval_examples", "0", env=env)
+                      "--eval_strategy", "no", env=env)
     assert "logging offline" in proc.stderr
     assert list((tmp_path / "wandb").glob("offline-run-*")), "no offline wandb run was written"
