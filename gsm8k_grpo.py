@@ -157,14 +157,13 @@ SYSTEM_PROMPT = """Respond in the following format:
 # ----------------------------------------------------------------------------------------------------------- rewards
 # Correctness dominates: a correct, well-formatted answer scores 2 + 0.5 × 4 = 4.0; the best any wrong or malformed
 # completion can reach is 2.0 (tests/test_rewards.py probes this with adversarial completions).
-REWARD_FUNCS = [
-    rewards.correctness_reward,
-    rewards.integer_answer_reward,
-    rewards.strict_format_reward,
-    rewards.soft_format_reward,
-    rewards.xml_tag_count_reward,
-]
-REWARD_WEIGHTS = [2.0, 0.5, 0.5, 0.5, 0.5]
+REWARD_FUNCS, REWARD_WEIGHTS = rewards.combine({
+    rewards.correctness_reward: 2.0,
+    rewards.integer_answer_reward: 0.5,
+    rewards.strict_format_reward: 0.5,
+    rewards.soft_format_reward: 0.5,
+    rewards.xml_tag_count_reward: 0.5,
+})
 
 
 # ----------------------------------------------------------------------------------------------------------- trainer
@@ -209,6 +208,7 @@ def main(argv: list[str] | None = None) -> GRPOTrainer:
         generation += " (install vLLM for faster generation)"
     precision = "bf16" if training_args.bf16 else "fp16" if training_args.fp16 else "fp32"
     logger.info(f"precision {precision}; generation with {generation}")
+    logger.info("rubric:\n" + rewards.rubric_table(REWARD_FUNCS, training_args.reward_weights))
 
     tokenizer = AutoTokenizer.from_pretrained(model_args.model_name_or_path, padding_side="left")
     if tokenizer.chat_template is None:

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 import rewards
 from gsm8k_grpo import REWARD_FUNCS, REWARD_WEIGHTS
 
+QUESTION = "Mia has 18 stickers and gives away 0 of them. How many stickers does she have now?"
 GOOD = "<reasoning>\nShe has 3 packs of 5, so 3 * 5 = 15, plus 3 is 18.\n</reasoning>\n<answer>\n18\n</answer>"
 
 
@@ -81,6 +82,130 @@ def test_extract_hash_answer_removes_thousands_separators():
     assert rewards.extract_hash_answer("no marker") is None
 
 
+@pytest.mark.parametrize("predicted, gold", [
+    ("\\frac{36}{2}", "18"), ("2 * 9", "18"), ("$\\frac{1}{2}$", "\\frac{1}{2}"), ("0.5", "\\frac{1}{2}"),
+    ("1/2", "0.5"), ("\\boxed{\\frac{1}{2}}", "0.5"), ("18", "18"), ("1,800", "1800"), ("\\sqrt{324}", "18"),
+    ("2^{4} + 2", "18"), ("**18**", "18"), ("18\\%", "18"),
+])
+def test_answers_match_mathematically_equal_answers(predicted, gold):
+    assert rewards.answers_match(predicted, gold)
+
+
+@pytest.mark.parametrize("predicted, gold", [
+    ("-18", "18"), ("\u221218", "18"), ("١٨", "18"), ("\\sqrt{323}", "323"), ("17 \\\\ 18", "18"), ("17, 18, 19", "18"), ("{17, 18}", "18"), ("17 then 18", "18"), ("18 or 19", "18"),
+    ("2+2=4", "18"), ("eighteen", "18"), ("", "18"), (None, "18"), ("18", None), ("1" * 300, "18"),
+])
+def test_answers_match_refuses_lists_guesses_and_near_misses(predicted, gold):
+    assert not rewards.answers_match(predicted, gold)
+
+
+def test_plain_numbers_never_reach_the_slow_path():
+    before = rewards.VERIFY_STATS["slow"]
+    assert rewards.answers_match("$1,800.00", "1800") and not rewards.answers_match("17", "18")
+    assert rewards.VERIFY_STATS["slow"] == before
+
+
+def test_math_verify_runs_safely_off_the_main_thread_and_in_an_event_loop():
+    import asyncio
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(lambda p: rewards.answers_match(p, "18"), ["\\frac{54}{3}", "3 * 6", "\\frac{1}{2}"] * 4))
+    assert results == [True, True, False] * 4
+
+    async def reward_in_event_loop():  # how TRL runs async reward functions
+        return rewards.correctness_reward([chat(answer_block("\\frac{72}{4}"))], answer=["18"])
+
+    assert asyncio.run(reward_in_event_loop()) == [1.0]
+
+
+def test_a_hanging_parse_is_killed_and_the_worker_recovers():
+    import time
+
+    worker = rewards._MathVerifyWorker(timeout=0.5)
+    assert worker.equal("2 * 9", "18") is True  # warm: the child is up
+    start = time.monotonic()
+    assert worker.equal("2^{2^{40}}", "18") is None  # math-verify alone would spend its full 2 s here
+    assert time.monotonic() - start < 1.5
+    assert worker.equal("\\frac{36}{2}", "18") is True  # a fresh child took over
+
+
+def test_extract_boxed_answer_handles_nesting_and_refuses_several_boxes():
+    assert rewards.extract_boxed_answer("so \\boxed{\\frac{1}{2}}.") == "\\frac{1}{2}"
+    assert rewards.extract_boxed_answer("\\boxed{1} or \\boxed{2}") is None
+    assert rewards.extract_boxed_answer("\\boxed{unclosed") is None
+
+
+def test_boxed_correctness_reads_the_box_after_the_thinking():
+    good = "<think>\n3 * 6 = 18\n</think>\nThe answer is \\boxed{18}."
+    boxed_in_thinking_only = "<think>\nmaybe \\boxed{18}\n</think>\nI am not sure."
+    two_boxes = "<think>\nhm\n</think>\n\\boxed{17} \\boxed{18}"
+    scores = rewards.boxed_correctness_reward([chat(good), chat(boxed_in_thinking_only), chat(two_boxes)], answer=["18"] * 3)
+    assert scores == [1.0, 0.0, 0.0]
+
+
+# --------------------------------------------------------------------------------------- length and repetition
+def test_cosine_scaled_correctness_prefers_short_correct_and_long_wrong_answers():
+    cosine = rewards.CosineScaledCorrectness(max_len=100)
+    completions = [chat(GOOD), chat(GOOD), chat(answer_block("19")), chat(answer_block("19"))]
+    ids = [[0] * 10, [0] * 90, [0] * 90, [0] * 10]
+    short_right, long_right, long_wrong, short_wrong = cosine(completions, completion_ids=ids, answer=["18"] * 4)
+    assert 1.0 >= short_right > long_right > 0 > long_wrong > short_wrong >= -1.0
+    assert cosine([chat(GOOD)], completion_ids=[[0] * 500], answer=["18"]) == [pytest.approx(0.5)]  # clamped
+    assert rewards.reward_name(cosine) == "cosine_scaled_correctness_reward"
+
+
+def test_overlong_and_repetition_penalties_come_from_trl():
+    overlong = rewards.soft_overlong_penalty(max_completion_length=100, soft_cache=20)
+    assert overlong(completion_ids=[[0] * 50, [0] * 90, [0] * 120]) == [0.0, pytest.approx(-0.5), -1.0]
+    repetition = rewards.repetition_penalty(ngram_size=2)
+    assert repetition(completion_ids=[[1, 2, 3, 4], [5] * 5]) == [0.0, -0.75]
+    assert "Gaming it:" in overlong.__doc__ and "Gaming it:" in repetition.__doc__
+
+
+# ------------------------------------------------------------------------------------------- question answering
+@pytest.mark.parametrize("answer, gold, em, f1", [
+    ("The Eiffel Tower", "eiffel tower", 1.0, 1.0),
+    ("Eiffel Tower!", ["Tour Eiffel", "the Eiffel Tower"], 1.0, 1.0),
+    ("Paris", "Eiffel Tower", 0.0, 0.0),
+    ("the tower in Paris", "Eiffel Tower", 0.0, pytest.approx(0.4)),
+])
+def test_exact_match_and_token_f1_use_squad_normalisation(answer, gold, em, f1):
+    completion = chat(answer_block(answer))
+    assert rewards.exact_match_reward([completion], answer=[gold]) == [em]
+    assert rewards.token_f1_reward([completion], answer=[gold]) == [f1]
+
+
+def test_pasting_a_passage_that_contains_the_answer_scores_low_on_f1():
+    passage = "The Eiffel Tower is a wrought-iron lattice tower on the Champ de Mars in Paris, France, built in 1889."
+    genuine, pasted = chat(answer_block("Eiffel Tower")), chat(answer_block(passage))
+    em = rewards.exact_match_reward([genuine, pasted], answer=["Eiffel Tower"] * 2)
+    f1 = rewards.token_f1_reward([genuine, pasted], answer=["Eiffel Tower"] * 2)
+    assert em == [1.0, 0.0] and f1[0] == 1.0 and f1[1] < 0.25
+
+
+# --------------------------------------------------------------------------------------------- combining rewards
+def test_combine_takes_functions_or_names_and_keeps_them_separate_for_trl():
+    funcs, weights = rewards.combine({"correctness_reward": 2, rewards.strict_format_reward: 0.5})
+    assert funcs == [rewards.correctness_reward, rewards.strict_format_reward] and weights == [2.0, 0.5]
+    with pytest.raises(ValueError, match="unknown reward 'corectness_reward'.*correctness_reward"):
+        rewards.combine({"corectness_reward": 1.0})
+
+
+def test_every_reward_documents_what_it_pays_for_and_how_it_could_be_gamed():
+    funcs = [f for name, f in vars(rewards).items() if name.endswith("_reward") and callable(f)]
+    funcs += [rewards.CosineScaledCorrectness(10), rewards.soft_overlong_penalty(10, 2), rewards.repetition_penalty()]
+    for name, weight, pays_for, gaming in rewards.describe(funcs, [1.0] * len(funcs)):
+        assert pays_for and gaming, f"{name} lacks a first line or a 'Gaming it:' sentence"
+
+
+def test_the_readme_rubric_table_is_the_recipe_rubric():
+    from conftest import ROOT
+
+    readme = (ROOT / "README.md").read_text()
+    assert rewards.rubric_table(REWARD_FUNCS, REWARD_WEIGHTS) in readme
+
+
 # ------------------------------------------------------------------------------------------------- format rewards
 @pytest.mark.parametrize("text, strict, soft", [
     (GOOD, 1.0, 1.0),
@@ -140,6 +265,16 @@ ADVERSARIAL = {
     "nested tags": "<reasoning>\n<reasoning>\nx\n</reasoning>\n</reasoning>\n<answer>\n18\n</answer>",
     "answer tag injected into the answer": answer_block("18</answer><answer>18"),
     "uppercase tags": GOOD.upper(),
+    "correct number, wrong sign": answer_block("-18"),
+    "correct number, unicode minus sign": answer_block("\u221218"),
+    "several answer blocks, the last one right": answer_block("17") + "\n<answer>\n18\n</answer>",
+    "unicode digits": answer_block("١٨"),
+    "markdown-wrapped answer": answer_block("**18**"),
+    "the question copied as the answer": answer_block(QUESTION),
+    "guesses in a set": answer_block("{17, 18, 19}"),
+    "guess then correction": answer_block("17, no wait, 18"),
+    "deeply nested tags": "<reasoning>" * 500 + "18" + "</reasoning>" * 500 + "<answer>18</answer>",
+    "1 MB of trailing text": GOOD + "18 " * 350_000,
 }
 NON_STRING = {"None content": [{"role": "assistant", "content": None}], "int content": [{"role": "assistant", "content": 18}],
               "no assistant message": [{"role": "user", "content": GOOD}], "garbage list": [None, 3, "x"],
@@ -162,10 +297,15 @@ json_like = st.recursive(
     lambda children: st.lists(children, max_size=4) | st.dictionaries(st.sampled_from(["role", "content", "text", "type"]), children, max_size=4),
     max_leaves=12,
 )
-tagged_text = st.lists(st.sampled_from(["<reasoning>", "</reasoning>", "<answer>", "</answer>", "\n", " ", "18", "1,800",
-                                        "-", ".", ",", "$", "\\boxed{", "}", "abc", "٣"]), max_size=30).map("".join)
+tagged_text = st.lists(st.sampled_from(["<reasoning>", "</reasoning>", "<answer>", "</answer>", "<think>", "</think>",
+                                        "\n", " ", "18", "1,800", "-", ".", ",", "$", "\\boxed{", "\\frac{1}{2}", "}", "{",
+                                        "abc", "٣", "\ud800", "\x00", "2**9", "/", "the"]), max_size=30).map("".join)
 completion = (tagged_text.map(chat) | st.text(max_size=200).map(chat) | json_like
-              | st.lists(st.fixed_dictionaries({"role": st.sampled_from(["assistant", "tool", "user"]), "content": tagged_text}), max_size=4))
+              | st.lists(st.fixed_dictionaries({"role": st.sampled_from(["assistant", "tool", "user"]), "content": tagged_text}), max_size=4)
+              | st.lists(st.dictionaries(st.sampled_from(["role", "content"]), tagged_text), max_size=3))  # missing keys
+ALL_REWARDS = [rewards.correctness_reward, rewards.boxed_correctness_reward, rewards.integer_answer_reward,
+               rewards.strict_format_reward, rewards.soft_format_reward, rewards.xml_tag_count_reward,
+               rewards.exact_match_reward, rewards.token_f1_reward]
 
 
 @settings(max_examples=300, deadline=None)
@@ -173,10 +313,22 @@ completion = (tagged_text.map(chat) | st.text(max_size=200).map(chat) | json_lik
 def test_no_reward_raises_and_each_returns_one_float_in_range_per_completion(completions, gold):
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # the safety net in rewards._safely must not be what keeps this passing
-        for reward in REWARD_FUNCS:
+        for reward in ALL_REWARDS:
             scores = reward(completions=completions, answer=[gold] * len(completions), trainer_state=None)
             assert len(scores) == len(completions)
             assert all(isinstance(s, float) and 0.0 <= s <= 1.0 for s in scores)
+
+
+@pytest.mark.parametrize("text", ["x" * 1_000_000, "<reasoning>" * 100_000, "\ud800\udfff" * 1000, "1" * 1_000_000,
+                                  "<answer>" + "9" * 100_000 + "</answer>", "\\boxed{" * 10_000])
+def test_rewards_stay_fast_and_in_range_on_megabyte_inputs(text):
+    import time
+
+    for reward in ALL_REWARDS:
+        start = time.monotonic()
+        scores = reward(completions=[chat(text), text], answer=["18", ["18"]])
+        assert len(scores) == 2 and all(0.0 <= s <= 1.0 for s in scores)
+        assert time.monotonic() - start < 5, f"{reward.__name__} took {time.monotonic() - start:.1f} s"
 
 
 def test_a_scorer_that_fails_costs_one_completion_its_reward_with_a_warning():

@@ -1,0 +1,115 @@
+"""Throughput of the GSM8K rubric (gsm8k_grpo.REWARD_FUNCS) against a naive gist-style rubric, on 10,000 completions.
+
+    python benchmarks/bench_rewards.py [--n 10000] [--seed 0]
+
+The naive baseline is the original GRPO gist's rubric shape, written here for comparison: regex extraction of the
+<answer> block and exact string match for correctness, plus its integer check, two format regexes and tag count.
+Both rubrics score the same completions in batches of 64 (as TRL calls them); the script prints completions/second,
+the share of answers that took math-verify's slow path, and how often each rubric's correctness agrees with the
+label the generator knows to be true.
+"""
+
+import argparse
+import random
+import re
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import rewards  # noqa: E402
+from gsm8k_grpo import REWARD_FUNCS, REWARD_WEIGHTS  # noqa: E402
+
+
+def naive_rubric(completions, answer):
+    texts = [c[0]["content"] for c in completions]
+    answers = [t.split("<answer>")[-1].split("</answer>")[0].strip() for t in texts]
+    correct = [2.0 if a == g else 0.0 for a, g in zip(answers, answer)]
+    integer = [0.5 if a.isdigit() else 0.0 for a in answers]
+    strict = [0.5 if re.match(r"^<reasoning>\n.*?\n</reasoning>\n<answer>\n.*?\n</answer>\n$", t) else 0.0 for t in texts]
+    soft = [0.5 if re.match(r"<reasoning>.*?</reasoning>\s*<answer>.*?</answer>", t) else 0.0 for t in texts]
+    count = [0.125 * sum(t.count(tag) == 1 for tag in ("<reasoning>\n", "\n</reasoning>\n", "\n<answer>\n", "\n</answer>"))
+             for t in texts]
+    return [sum(parts) for parts in zip(correct, integer, strict, soft, count)], [c > 0 for c in correct]
+
+
+def our_rubric(completions, answer):
+    columns = [f(completions=completions, answer=answer) for f in REWARD_FUNCS]
+    totals = [sum(w * v for w, v in zip(REWARD_WEIGHTS, row)) for row in zip(*columns)]
+    return totals, [c > 0 for c in columns[0]]
+
+
+def make_completion(rng: random.Random) -> tuple[str, str, bool]:
+    """(completion text, gold, whether the completion truly answers correctly)."""
+    gold = rng.randint(2, 5000)
+    steps = "\n".join(f"Step {i}: {rng.randint(1, 99)} + {rng.randint(1, 99)}." for i in range(rng.randint(1, 6)))
+    wrap = lambda a: f"<reasoning>\n{steps}\n</reasoning>\n<answer>\n{a}\n</answer>"  # noqa: E731
+    kind = rng.random()
+    if kind < 0.40:
+        return wrap(gold), str(gold), True
+    if kind < 0.50:
+        variant = rng.choice([f"${gold}", f"{gold}.0", f"{gold:,}", f"\\boxed{{{gold}}}", f"{gold} dollars"])
+        return wrap(variant), str(gold), True
+    if kind < 0.54:
+        return wrap(f"\\frac{{{gold * 2}}}{{2}}"), str(gold), True
+    if kind < 0.55:  # expressions only math-verify can read: the slow path
+        return wrap(rng.choice([f"{gold} \\cdot 1", f"2 \\times {gold / 2:g}", f"\\sqrt{{{gold * gold}}}"])), str(gold), True
+    if kind < 0.75:
+        return wrap(gold + rng.randint(1, 9)), str(gold), False
+    if kind < 0.85:
+        return wrap(f"{gold - 1}, {gold}, {gold + 1}"), str(gold), False
+    if kind < 0.95:
+        several_blocks = wrap(gold + 1) + f"\n<answer>\n{gold}\n</answer>"  # hedging: is the last one the answer?
+        return rng.choice([f"The answer is {gold}.", several_blocks]), str(gold), False
+    return wrap(gold + 1) + " and so on" * 200, str(gold), False
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, default=10_000)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    rng = random.Random(args.seed)
+    data = [make_completion(rng) for _ in range(args.n)]
+    completions = [[{"role": "assistant", "content": text}] for text, _, _ in data]
+    golds, truth = [gold for _, gold, _ in data], [ok for _, _, ok in data]
+
+    start = time.perf_counter()
+    rewards.answers_match("2 \\cdot 1", "2")  # start the math-verify worker outside the timed runs
+    print(f"math-verify worker start: {time.perf_counter() - start:.2f} s (once per process)")
+    rewards.VERIFY_STATS.clear()
+    rewards._math_verify_equal.cache_clear()
+
+    slow_seconds = 0.0
+    timed_equal = rewards._MATH_VERIFY.equal
+
+    def equal_timed(predicted, gold):
+        nonlocal slow_seconds
+        start = time.perf_counter()
+        try:
+            return timed_equal(predicted, gold)
+        finally:
+            slow_seconds += time.perf_counter() - start
+
+    rewards._MATH_VERIFY.equal = equal_timed
+    for name, rubric in (("naive gist-style", naive_rubric), ("grpo-recipes", our_rubric)):
+        start = time.perf_counter()
+        credited = []
+        for i in range(0, args.n, 64):
+            credited += rubric(completions[i:i + 64], golds[i:i + 64])[1]
+        seconds = time.perf_counter() - start
+        agree = sum(c == t for c, t in zip(credited, truth)) / args.n
+        false_credit = sum(c and not t for c, t in zip(credited, truth))
+        missed = sum(t and not c for c, t in zip(credited, truth))
+        print(f"{name:>17}: {args.n / seconds:9,.0f} completions/s  correctness agrees with truth on {agree:6.1%}"
+              f"  (credited wrongly {false_credit}, missed {missed})")
+    decided = sum(rewards.VERIFY_STATS.values()) - rewards.VERIFY_STATS["timeout"]
+    print(f"answer comparisons: {dict(rewards.VERIFY_STATS)}; slow path share "
+          f"{rewards.VERIFY_STATS['slow'] / max(decided, 1):.1%}, {slow_seconds:.2f} s in math-verify "
+          f"({1000 * slow_seconds / max(rewards.VERIFY_STATS['slow'], 1):.1f} ms an answer); without it the rubric "
+          f"would run at {args.n / (seconds - slow_seconds):,.0f} completions/s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,15 @@
+"""The benchmark scripts run and print their figures (their numbers are read by people, not asserted)."""
+
+import subprocess
+import sys
+
+from conftest import ROOT
+
+
+def test_bench_rewards_prints_throughput_agreement_and_slow_path_share():
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_rewards.py"), "--n", "300"],
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.count("completions/s") >= 2
+    assert "grpo-recipes" in proc.stdout and "correctness agrees with truth on 100.0%" in proc.stdout
+    assert "slow path share" in proc.stdout
