@@ -1,16 +1,14 @@
 """GRPO on GSM8K with the <reasoning>/<answer> format: the classic one-file recipe, on TRL 1.16.
 
-One GPU (vLLM colocate generation when vLLM is installed):  python gsm8k_grpo.py
-LoRA, or 4-bit QLoRA on a small GPU:                        python gsm8k_grpo.py --use_peft [--load_in_4bit]
-Any GRPOConfig field, from the command line or YAML:        python gsm8k_grpo.py --config my.yaml --learning_rate 1e-6
-Offline on CPU with a tiny local model (< 1 minute):        python offline.py &&
-                                                            python gsm8k_grpo.py --config offline/gsm8k_grpo.yaml
+One GPU (vLLM colocate when installed):   python gsm8k_grpo.py
+LoRA, or 4-bit QLoRA on a small GPU:      python gsm8k_grpo.py --use_peft [--load_in_4bit]
+Any GRPOConfig field, CLI or YAML:        python gsm8k_grpo.py --config my.yaml --learning_rate 1e-6
+Offline on CPU, tiny model (< 1 min):     python offline.py && python gsm8k_grpo.py --config offline/gsm8k_grpo.yaml
 """
 
 import importlib.util
 import logging
 import math
-import netrc
 import os
 import sys
 from dataclasses import dataclass, field
@@ -23,7 +21,7 @@ from trl import GRPOConfig, GRPOTrainer, ModelConfig, TrlParser, get_peft_config
 
 import rewards
 
-logger = logging.getLogger("gsm8k_grpo")
+logger = logging.getLogger("grpo-recipes")
 
 # ------------------------------------------------------------------------------------------------------------ config
 MODEL_NAME = "Qwen/Qwen2.5-1.5B-Instruct"
@@ -34,7 +32,6 @@ MODEL_NAME = "Qwen/Qwen2.5-1.5B-Instruct"
 RECIPE_DEFAULTS = dict(
     output_dir="runs/gsm8k_grpo",
     learning_rate=5e-6,
-    adam_beta1=0.9,
     adam_beta2=0.99,
     weight_decay=0.1,
     warmup_ratio=0.1,
@@ -45,21 +42,12 @@ RECIPE_DEFAULTS = dict(
     per_device_train_batch_size=8,
     gradient_accumulation_steps=4,  # 32 completions (4 prompts × 8) per optimizer step
     max_completion_length=512,
-    temperature=1.0,
-    num_train_epochs=1,
-    logging_steps=1,
-    save_steps=100,
-    save_total_limit=3,
-    eval_strategy="steps",
-    eval_steps=100,
-    per_device_eval_batch_size=16,
-    num_generations_eval=4,
-    vllm_mode="colocate",
-    vllm_gpu_memory_utilization=0.3,
+    num_train_epochs=1, logging_steps=1,
+    save_steps=100, save_total_limit=3,
+    eval_strategy="steps", eval_steps=100, per_device_eval_batch_size=16, num_generations_eval=4,
+    vllm_gpu_memory_utilization=0.3,  # colocate mode (TRL's default): vLLM shares the GPU with training
     num_completions_to_print=2,  # used with --log_completions
-    lora_r=16,  # used with --use_peft
-    lora_alpha=32,
-    lora_target_modules=["all-linear"],
+    lora_r=16, lora_alpha=32, lora_target_modules=["all-linear"],  # used with --use_peft
 )
 
 
@@ -123,15 +111,20 @@ def parse_args(argv: list[str] | None = None) -> tuple[ScriptArguments, RecipeGR
 
 
 # -------------------------------------------------------------------------------------------------------------- data
+def load_split(split: str, dataset_path: str | None = None, name="openai/gsm8k", config="main") -> Dataset:
+    """One split of a Hub dataset, or of local data: a JSON/JSONL/parquet file (its only split is train) or a folder
+    with train.* and test.* files."""
+    if dataset_path is None:
+        return load_dataset(name, config, split=split)
+    if Path(dataset_path).is_dir():
+        return load_dataset(dataset_path, split=split)
+    file_format = "parquet" if dataset_path.endswith(".parquet") else "json"
+    return load_dataset(file_format, data_files={"train": dataset_path}, split=split)
+
+
 def build_dataset(split: str = "train", dataset_path: str | None = None) -> Dataset:
     """GSM8K as conversational `prompt`s (system + question) and numeric `answer`s (the text after '####')."""
-    if dataset_path is None:
-        raw = load_dataset("openai/gsm8k", "main", split=split)
-    elif Path(dataset_path).is_dir():
-        raw = load_dataset(dataset_path, split=split)
-    else:
-        file_format = "parquet" if dataset_path.endswith(".parquet") else "json"
-        raw = load_dataset(file_format, data_files={"train": dataset_path}, split=split)
+    raw = load_split(split, dataset_path)
     missing = {"question", "answer"} - set(raw.column_names)
     if missing:
         raise ValueError(f"{dataset_path or 'openai/gsm8k'} ({split}) lacks column(s) {sorted(missing)}: it has "
@@ -173,21 +166,19 @@ def setup_wandb(training_args: GRPOConfig) -> None:
         return
     if importlib.util.find_spec("wandb") is None:
         sys.exit("--report_to wandb: wandb is not installed; `pip install wandb`.")
-    try:
-        logged_in = bool(netrc.netrc().authenticators("api.wandb.ai"))
-    except (FileNotFoundError, netrc.NetrcParseError):
-        logged_in = False
+    netrc_path = Path(os.environ.get("NETRC", Path.home() / ".netrc"))  # where `wandb login` stores the key
+    logged_in = netrc_path.is_file() and "api.wandb.ai" in netrc_path.read_text(errors="ignore")
     if not (os.environ.get("WANDB_API_KEY") or logged_in or os.environ.get("WANDB_MODE")):
         os.environ["WANDB_MODE"] = "offline"
         logger.warning("wandb: no API key (WANDB_API_KEY or `wandb login`), logging offline to ./wandb; "
                        "upload later with `wandb sync`.")
 
 
-def check_model_options(training_args: GRPOConfig, model_args: ModelConfig) -> None:
+def check_model_options(training_args: GRPOConfig, model_args: ModelConfig, reward_funcs: list) -> None:
     """Fail in one line on options TRL would only reject after loading the model."""
-    if len(training_args.reward_weights) != len(REWARD_FUNCS):
-        sys.exit(f"--reward_weights has {len(training_args.reward_weights)} values for {len(REWARD_FUNCS)} reward "
-                 f"functions ({', '.join(f.__name__ for f in REWARD_FUNCS)}).")
+    if len(training_args.reward_weights) != len(reward_funcs):
+        sys.exit(f"--reward_weights has {len(training_args.reward_weights)} values for {len(reward_funcs)} reward "
+                 f"functions ({', '.join(rewards.reward_name(f) for f in reward_funcs)}).")
     quantized = model_args.load_in_4bit or model_args.load_in_8bit
     if quantized and not model_args.use_peft:
         sys.exit("--load_in_4bit/--load_in_8bit freeze the quantized model: add --use_peft to train LoRA adapters.")
@@ -197,39 +188,49 @@ def check_model_options(training_args: GRPOConfig, model_args: ModelConfig) -> N
         model_args.dtype = "bfloat16" if training_args.bf16 else "float16"
 
 
-def main(argv: list[str] | None = None) -> GRPOTrainer:
-    script_args, training_args, model_args = parse_args(argv)
+def prepare(training_args: GRPOConfig, model_args: ModelConfig, reward_funcs: list):
+    """Logging, the checks TRL would only fail on after loading the model, wandb, and the tokenizer."""
     logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
     if "OMP_NUM_THREADS" in os.environ:  # torch read it at import, before a YAML `env:` block could set it
         torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
-    check_model_options(training_args, model_args)
+    check_model_options(training_args, model_args, reward_funcs)
     generation = f"vLLM ({training_args.vllm_mode})" if training_args.use_vllm else "transformers"
     if not training_args.use_vllm and torch.cuda.is_available():
         generation += " (install vLLM for faster generation)"
     precision = "bf16" if training_args.bf16 else "fp16" if training_args.fp16 else "fp32"
     logger.info(f"precision {precision}; generation with {generation}")
-    logger.info("rubric:\n" + rewards.rubric_table(REWARD_FUNCS, training_args.reward_weights))
-
+    logger.info("rubric:\n" + rewards.rubric_table(reward_funcs, training_args.reward_weights))
     tokenizer = AutoTokenizer.from_pretrained(model_args.model_name_or_path, padding_side="left")
     if tokenizer.chat_template is None:
         sys.exit(f"{model_args.model_name_or_path} has no chat template; use an instruct/chat model or set "
                  "tokenizer.chat_template before training.")
+    setup_wandb(training_args)
+    training_args.model_init_kwargs = {"dtype": model_args.dtype, "revision": model_args.model_revision,
+                                       "attn_implementation": model_args.attn_implementation,
+                                       **(training_args.model_init_kwargs or {})}
+    return tokenizer
+
+
+def load_splits(build, script_args, training_args: GRPOConfig) -> tuple[Dataset, Dataset | None]:
+    """`build("train")`, and `build("test")` cut to num_eval_examples when evaluating; bad data exits in one line."""
     evaluate = training_args.eval_strategy != "no"
     if evaluate and script_args.dataset_path and not Path(script_args.dataset_path).is_dir():
         sys.exit(f"{script_args.dataset_path} is one file, so it has no held-out split: pass --eval_strategy no, "
                  "or point --dataset_path at a folder with train.jsonl and test.jsonl.")
     try:
-        train_dataset = build_dataset("train", script_args.dataset_path)
-        eval_dataset = build_dataset("test", script_args.dataset_path) if evaluate else None
+        train_dataset = build("train", script_args.dataset_path)
+        eval_dataset = build("test", script_args.dataset_path) if evaluate else None
     except ValueError as err:  # a missing column or split: one line, not a traceback
         sys.exit(str(err))
     if eval_dataset is not None:
         eval_dataset = eval_dataset.select(range(min(script_args.num_eval_examples, len(eval_dataset))))
-    setup_wandb(training_args)
+    return train_dataset, eval_dataset
 
-    training_args.model_init_kwargs = {"dtype": model_args.dtype, "revision": model_args.model_revision,
-                                       "attn_implementation": model_args.attn_implementation,
-                                       **(training_args.model_init_kwargs or {})}
+
+def main(argv: list[str] | None = None) -> GRPOTrainer:
+    script_args, training_args, model_args = parse_args(argv)
+    tokenizer = prepare(training_args, model_args, REWARD_FUNCS)
+    train_dataset, eval_dataset = load_splits(build_dataset, script_args, training_args)
     trainer = GRPOTrainer(
         model=model_args.model_name_or_path,
         reward_funcs=REWARD_FUNCS,

@@ -15,6 +15,7 @@ of a recipe (data, chat template, generation, rewards, GRPO loss, evaluation, ch
 import argparse
 import json
 import random
+import re
 from pathlib import Path
 
 NAMES = ["Ava", "Ben", "Chidi", "Dana", "Elif", "Farid", "Grace", "Hiro", "Ines", "Jonas", "Kemi", "Luca"]
@@ -73,7 +74,7 @@ def write_toy_gsm8k(out_dir: str | Path, n_train: int = 48, n_test: int = 16, se
     return out_dir
 
 
-def build_tiny_model(out_dir: str | Path, corpus: list[str], vocab_size: int = 1024, seed: int = 0) -> Path:
+def build_tiny_model(out_dir: str | Path, corpus: list[str], vocab_size: int = 2048, seed: int = 0) -> Path:
     """Train a byte-level BPE tokenizer on `corpus`, build a small random Qwen2ForCausalLM, save both to out_dir."""
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
@@ -107,6 +108,48 @@ def build_tiny_model(out_dir: str | Path, corpus: list[str], vocab_size: int = 1
     return out_dir
 
 
+def tool_call_conversations(data_dir: str | Path, system_prompt: str, split: str = "train") -> list[dict]:
+    """Toy problems solved with one python tool call each: the last calculator annotation of the solution as code."""
+    conversations = []
+    for line in (Path(data_dir) / f"{split}.jsonl").read_text().splitlines():
+        problem = json.loads(line)
+        expression, result = re.findall(r"<<([^=]+)=([^>]+)>>", problem["answer"])[-1]
+        call = {"type": "function", "function": {"name": "python", "arguments": {"code": f"print({expression})"}}}
+        conversations.append({"messages": [
+            {"role": "system", "content": system_prompt},
+            {"role": "user", "content": problem["question"]},
+            {"role": "assistant", "content": "", "tool_calls": [call]},
+            {"role": "tool", "name": "python", "content": result},
+            {"role": "assistant", "content": f"<answer>{result}</answer>"},
+        ]})
+    return conversations
+
+
+def warm_start_tool_calls(model_dir: str | Path, out_dir: str | Path, conversations: list[dict], tools: list,
+                          steps: int = 150, seed: int = 0) -> Path:
+    """SFT the tiny model on tool-call conversations (loss on assistant turns only) so that it calls the tool.
+
+    An untrained model never emits a parseable tool call, so without this an offline run of a tool recipe never
+    exercises the tool path.
+    """
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import get_json_schema
+    from trl import SFTConfig, SFTTrainer
+
+    schemas = json.dumps([get_json_schema(tool) for tool in tools])
+    dataset = Dataset.from_list([{**c, "tools": schemas} for c in conversations])
+    args = SFTConfig(output_dir=str(Path(out_dir) / "sft-run"), max_steps=steps, per_device_train_batch_size=8,
+                     learning_rate=5e-3, lr_scheduler_type="cosine", warmup_steps=10, assistant_only_loss=True,
+                     use_cpu=True, bf16=False, activation_checkpointing=False, logging_steps=50, save_strategy="no",
+                     report_to="none", seed=seed, dataloader_num_workers=0)
+    trainer = SFTTrainer(model=AutoModelForCausalLM.from_pretrained(model_dir), args=args, train_dataset=dataset,
+                         processing_class=AutoTokenizer.from_pretrained(model_dir))
+    trainer.train()
+    trainer.save_model(str(out_dir))
+    return Path(out_dir)
+
+
 OFFLINE_GRPO_CONFIG = {
     # Small enough for a laptop CPU in well under a minute; every other field keeps the recipe's default.
     "use_cpu": True,
@@ -132,20 +175,36 @@ OFFLINE_GRPO_CONFIG = {
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out_dir", default="offline", help="where to write the kit")
+    parser.add_argument("--tools", action="store_true", help="also warm-start a tool-calling model (tool_use_grpo)")
+    parser.add_argument("--tool_sft_steps", type=int, default=150, help="SFT steps of the tool warm start")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
+    import yaml
+    from trl.chat_template_utils import qwen2_5_chat_template
+
+    import gsm8k_grpo
+    import tool_use_grpo
+
     out = Path(args.out_dir)
     data_dir = write_toy_gsm8k(out / "gsm8k_toy", seed=args.seed)
+    conversations = tool_call_conversations(data_dir, tool_use_grpo.SYSTEM_PROMPT)
+    # The tokenizer learns the text it will see: the data, both system prompts, the chat template's tool header.
     corpus = [line for split in ("train", "test") for line in (data_dir / f"{split}.jsonl").read_text().splitlines()]
-    corpus += ["<reasoning>\nStep by step.\n</reasoning>\n<answer>\n42\n</answer>",
-               "Respond in the following format: reasoning, then answer. system user assistant tool"]
+    corpus += [gsm8k_grpo.SYSTEM_PROMPT, tool_use_grpo.SYSTEM_PROMPT, qwen2_5_chat_template,
+               json.dumps(conversations[:8]), "<reasoning>\nStep by step.\n</reasoning>\n<answer>\n42\n</answer>"]
     model_dir = build_tiny_model(out / "tiny-qwen2", corpus, seed=args.seed)
+    written = [data_dir, model_dir, out / "gsm8k_grpo.yaml"]
     config = {"model_name_or_path": str(model_dir), "dataset_path": str(data_dir),
               "output_dir": str(out / "runs" / "gsm8k_grpo"), **OFFLINE_GRPO_CONFIG}
-    import yaml
-
     (out / "gsm8k_grpo.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
-    print(f"wrote {data_dir}, {model_dir} and {out / 'gsm8k_grpo.yaml'}")
+    if args.tools:
+        tools_dir = warm_start_tool_calls(model_dir, out / "tiny-qwen2-tools", conversations, tool_use_grpo.TOOLS,
+                                          steps=args.tool_sft_steps, seed=args.seed)
+        config = {**config, "model_name_or_path": str(tools_dir), "output_dir": str(out / "runs" / "tool_use_grpo"),
+                  "max_completion_length": 96, "max_tool_calling_iterations": 2}
+        (out / "tool_use_grpo.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+        written += [tools_dir, out / "tool_use_grpo.yaml"]
+    print("wrote " + ", ".join(map(str, written)))
 
 
 if __name__ == "__main__":

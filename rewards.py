@@ -484,6 +484,52 @@ def repetition_penalty(ngram_size: int = 3, max_penalty: float = -1.0):
     return penalty
 
 
+# ------------------------------------------------------------------------------------------------------------ tool use
+
+
+def tool_calls_and_results(completion) -> list[tuple[str, str]]:
+    """The (call, result) pairs of a multi-turn completion, in order: each call as 'name(arguments as JSON)', each
+    result as the text of the tool message that answered it ('' when none did)."""
+    calls, results = [], []
+    for message in completion if isinstance(completion, list) else []:
+        if not isinstance(message, dict):
+            continue
+        if message.get("role") == "assistant":
+            for call in message.get("tool_calls") or []:
+                function = call.get("function", call) if isinstance(call, dict) else {}
+                arguments = function.get("arguments") if isinstance(function, dict) else None
+                name = function.get("name") if isinstance(function, dict) else None
+                calls.append(f"{name}({json.dumps(arguments, sort_keys=True, default=str)})")
+        elif message.get("role") == "tool":
+            results.append(_content_text(message.get("content")))
+    return [(call, results[i] if i < len(results) else "") for i, call in enumerate(calls)]
+
+
+def _tool_failed(result: str) -> bool:
+    # The sandbox answers "Error: ..."; TRL turns a tool that raised into "{'error': ...}".
+    return not result or result.startswith("Error") or result.startswith("{'error'")
+
+
+def tool_use_reward(completions, **kwargs) -> list[float]:
+    """1.0 when at least one distinct tool call succeeded, minus 0.5 for each failed or repeated call; range [-1, 1].
+
+    Pays for using a tool that works, not for calling it: an identical repeated call adds nothing and costs like a
+    failure, and an error costs. No calls: 0.0. Gaming it: one trivial call that succeeds (print(1)) earns the full
+    credit, so its weight must stay far below correctness.
+    """
+    def score(completion) -> float:
+        seen, credit, cost = set(), 0.0, 0.0
+        for call, result in tool_calls_and_results(completion):
+            if call in seen or _tool_failed(result):
+                cost += 0.5
+            else:
+                credit = 1.0
+            seen.add(call)
+        return max(credit - cost, -1.0)
+
+    return _score_each(score, completions)
+
+
 # -------------------------------------------------------------------------------------------------- question answering
 
 

@@ -15,9 +15,9 @@ os.environ.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", OMP_NUM_THREADS="
 
 @pytest.fixture(scope="session")
 def kit(tmp_path_factory) -> Path:
-    """`python offline.py --out_dir <tmp>`: the folder holding gsm8k_toy/, tiny-qwen2/ and gsm8k_grpo.yaml."""
+    """`python offline.py --out_dir <tmp> --tools`: toy data, the tiny model, its tool-calling warm start, configs."""
     import offline
 
     out = tmp_path_factory.mktemp("offline")
-    offline.main(["--out_dir", str(out)])
+    offline.main(["--out_dir", str(out), "--tools"])
     return out

@@ -305,7 +305,7 @@ completion = (tagged_text.map(chat) | st.text(max_size=200).map(chat) | json_lik
               | st.lists(st.dictionaries(st.sampled_from(["role", "content"]), tagged_text), max_size=3))  # missing keys
 ALL_REWARDS = [rewards.correctness_reward, rewards.boxed_correctness_reward, rewards.integer_answer_reward,
                rewards.strict_format_reward, rewards.soft_format_reward, rewards.xml_tag_count_reward,
-               rewards.exact_match_reward, rewards.token_f1_reward]
+               rewards.exact_match_reward, rewards.token_f1_reward, rewards.tool_use_reward]
 
 
 @settings(max_examples=300, deadline=None)
@@ -338,3 +338,43 @@ def test_a_scorer_that_fails_costs_one_completion_its_reward_with_a_warning():
 
     with pytest.warns(RuntimeWarning, match="correctness_reward"):
         assert rewards.correctness_reward([chat(GOOD), chat(GOOD)], answer=[Unprintable(), "18"]) == [0.0, 1.0]
+
+
+# ---------------------------------------------------------------------------------------------------------- tool use
+def tool_turn(code, result):
+    call = {"type": "function", "function": {"name": "python", "arguments": {"code": code}}}
+    return [{"role": "assistant", "content": "", "tool_calls": [call]}, {"role": "tool", "name": "python", "content": result}]
+
+
+def final(text):
+    return [{"role": "assistant", "content": text}]
+
+
+@pytest.mark.parametrize("completion, expected", [
+    (final("<answer>18</answer>"), 0.0),                                                       # no calls
+    (tool_turn("print(3 * 6)", "18") + final("<answer>18</answer>"), 1.0),
+    (tool_turn("print(3 * 6)", "18") * 2 + final("<answer>18</answer>"), 0.5),                # a repeat adds nothing
+    (tool_turn("1/0", "Error: ZeroDivisionError: division by zero") + final("x"), -0.5),
+    (tool_turn("x", "{'error': 'boom'}") + final("x"), -0.5),                                  # TRL's own error form
+    (tool_turn("1/0", "Error: ZeroDivisionError") * 5 + final("x"), -1.0),                     # floored
+    (tool_turn("print(1)", "1") + tool_turn("print(2)", "2") + final("x"), 1.0),               # capped at 1
+    ([{"role": "assistant", "content": "", "tool_calls": [{"function": {"name": "python"}}]}], -0.5),  # unanswered
+])
+def test_tool_use_reward_pays_for_working_distinct_calls_only(completion, expected):
+    assert rewards.tool_use_reward([completion]) == [expected]
+
+
+def test_no_tool_use_pattern_outscores_a_correct_answer():
+    import tool_use_grpo
+
+    def total(completion):
+        return sum(w * f(completions=[completion], answer=["18"])[0]
+                   for f, w in zip(tool_use_grpo.REWARD_FUNCS, tool_use_grpo.REWARD_WEIGHTS))
+
+    genuine = tool_turn("print(3 * 6)", "18") + final("<answer>18</answer>")
+    correct_without_tools = final("<answer>18</answer>")
+    correct_with_errors = tool_turn("1/0", "Error: ZeroDivisionError") * 3 + final("<answer>18</answer>")
+    tool_spam = sum((tool_turn(f"print({i})", str(i)) for i in range(20)), []) + final("<answer>17</answer>")
+    answer_only_in_tool_code = tool_turn("print(18)", "18") + final("I computed it above.")
+    for gamed in (tool_spam, answer_only_in_tool_code):
+        assert total(gamed) < total(correct_with_errors) < total(correct_without_tools) < total(genuine)

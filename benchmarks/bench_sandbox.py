@@ -1,0 +1,94 @@
+"""Latency of sandbox.Sandbox against a fresh `python -c` subprocess per call, on the same tool calls.
+
+    python benchmarks/bench_sandbox.py [--calls 200]
+
+The baseline gets the isolation a fresh process can get here: its own session, CPU/memory/file-size/process limits,
+a fresh temporary directory, a scrubbed environment and an empty network namespace (where allowed). It does NOT
+switch to a throwaway user id, because an unprivileged user cannot run an interpreter installed under /root: so the
+baseline is, if anything, given less work than the sandbox. Prints calls/second and p50/p99 latency for both.
+"""
+
+import argparse
+import os
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import sandbox  # noqa: E402
+
+CALLS = ["print(17 * 23 + 4)", "x = [i * i for i in range(100)]\nsum(x)", "import math\nmath.comb(30, 12)",
+         "from fractions import Fraction\nFraction(3, 4) + Fraction(5, 6)", "1 / 0"]
+RUNNER = ("import ast, sys\ncode = sys.stdin.read()\ntree = ast.parse(code)\n"
+          "last = tree.body.pop() if tree.body and isinstance(tree.body[-1], ast.Expr) else None\nns = {}\n"
+          "try:\n    exec(compile(tree, '<tool>', 'exec'), ns)\n"
+          "    if last is not None:\n        v = eval(compile(ast.Expression(last.value), '<tool>', 'eval'), ns)\n"
+          "        print(repr(v)) if v is not None else None\n"
+          "except BaseException as e:\n    print('Error:', type(e).__name__, e)\n")
+
+
+def fresh_process_call(code: str, timeout: float = 5.0) -> str:
+    workdir = tempfile.mkdtemp(prefix="bench-sandbox-")
+
+    def lock_down():
+        os.setsid()
+        sandbox._unshare_network(0 if os.geteuid() == 0 else None)
+        for limit, value in ((resource.RLIMIT_CPU, int(timeout) + 1), (resource.RLIMIT_AS, 1024 ** 3),
+                             (resource.RLIMIT_FSIZE, 16 * 1024 ** 2), (resource.RLIMIT_NPROC, 0)):
+            resource.setrlimit(limit, (value, value))
+
+    try:
+        proc = subprocess.run([sys.executable, "-I", "-c", RUNNER], input=code, capture_output=True, text=True,
+                              timeout=timeout, cwd=workdir, env={**sandbox._SAFE_ENV, "HOME": workdir},
+                              preexec_fn=lock_down, check=False)
+        return proc.stdout[:2000].strip()
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def measure(name: str, call, n: int) -> None:
+    latencies = []
+    start = time.perf_counter()
+    for i in range(n):
+        t = time.perf_counter()
+        call(CALLS[i % len(CALLS)])
+        latencies.append(1000 * (time.perf_counter() - t))
+    seconds = time.perf_counter() - start
+    p99 = statistics.quantiles(latencies, n=100)[98]
+    print(f"{name:>28}: {n / seconds:7.1f} calls/s   p50 {statistics.median(latencies):6.1f} ms   p99 {p99:6.1f} ms")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=200)
+    args = parser.parse_args()
+    light = sandbox.Sandbox(timeout=5)
+    recipe = sandbox.Sandbox(timeout=5, preload=sandbox.PRELOAD + ("numpy", "sympy"))  # tool_use_grpo.py's
+    start = time.perf_counter()
+    print(f"protections here: {light.protections()}; zygote start {time.perf_counter() - start:.2f} s (once)")
+    assert light.run("6 * 7") == recipe.run("6 * 7") == fresh_process_call("6 * 7") == "42"
+    measure("fresh `python -c` per call", fresh_process_call, args.calls)
+    measure("Sandbox(), stdlib preloaded", light.run, args.calls)
+    measure("Sandbox(+numpy, sympy)", recipe.run, args.calls)
+    sympy_call = "import sympy\nsympy.factorint(360)"
+    for name, call in (("fresh `python -c`, sympy call", fresh_process_call), ("Sandbox(+sympy), sympy call", recipe.run)):
+        latencies = [1000 * _timed(call, sympy_call) for _ in range(10)]
+        print(f"{name:>28}: p50 {statistics.median(latencies):6.1f} ms (10 calls)")
+    light.close()
+    recipe.close()
+
+
+def _timed(call, code: str) -> float:
+    start = time.perf_counter()
+    call(code)
+    return time.perf_counter() - start
+
+
+if __name__ == "__main__":
+    main()

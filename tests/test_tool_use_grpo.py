@@ -1,0 +1,115 @@
+"""tool_use_grpo.py: real GRPO steps in which the tiny warm-started model calls the sandboxed tool.
+
+The kit's tiny model was SFT-ed on a few dozen tool-call conversations (offline.py --tools), so it emits parseable
+tool calls at temperature 1; nothing here is mocked: TRL parses the calls, the sandbox runs them, the rewards score
+the whole conversation.
+"""
+
+import json
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from transformers.utils import get_json_schema
+
+import rewards
+import tool_use_grpo
+from sandbox import Sandbox
+
+
+def test_the_tool_is_a_typed_function_trl_can_describe():
+    schema = get_json_schema(tool_use_grpo.python)["function"]
+    assert schema["name"] == "python" and schema["parameters"]["required"] == ["code"]
+    assert schema["parameters"]["properties"]["code"]["description"].startswith("Python source code")
+
+
+def test_build_dataset_uses_the_tool_prompt_and_gold_numbers(kit):
+    dataset = tool_use_grpo.build_dataset("test", str(kit / "gsm8k_toy"))
+    assert dataset[0]["prompt"][0]["content"] == tool_use_grpo.SYSTEM_PROMPT
+    assert all(answer.lstrip("-").isdigit() for answer in dataset["answer"])
+    with pytest.raises(ValueError, match="unknown --dataset_name 'gsm9k'"):
+        tool_use_grpo.build_dataset("train", dataset_name="gsm9k")
+
+
+def test_a_chat_template_without_tool_call_parsing_is_refused_before_training(kit, tmp_path):
+    model = shutil.copytree(kit / "tiny-qwen2-tools", tmp_path / "plain-template")
+    (model / "chat_template.jinja").write_text("{% for m in messages %}{{ m['content'] }}{% endfor %}")
+    with pytest.raises(SystemExit, match="TRL cannot parse tool calls.*Qwen2.5, Qwen3"):
+        tool_use_grpo.main(["--model_name_or_path", str(model), "--dataset_path", str(kit / "gsm8k_toy"),
+                            "--output_dir", str(tmp_path / "out")])
+
+
+@pytest.fixture(scope="module")
+def trained(kit, tmp_path_factory):
+    """Two real GRPO steps of the recipe, in process, through its own entry point."""
+    out = tmp_path_factory.mktemp("tool_run")
+    trainer = tool_use_grpo.main(["--config", str(kit / "tool_use_grpo.yaml"), "--output_dir", str(out),
+                                  "--max_steps", "2", "--save_steps", "2", "--eval_strategy", "no",
+                                  "--log_completions"])
+    return trainer, out
+
+
+def test_grpo_steps_call_the_tool(trained):
+    trainer, out = trained
+    logs = [log for log in trainer.state.log_history if "tools/call_frequency" in log]
+    assert len(logs) == 2 and all(log["tools/call_frequency"] > 0 for log in logs)
+    assert (out / "checkpoint-2").is_dir()
+
+
+def tool_turns(completions_dir: Path) -> list[tuple[dict, dict]]:
+    """(logged row, tool message) for every tool result in the completions TRL logged."""
+    frame = pd.concat(pd.read_parquet(f) for f in sorted(completions_dir.glob("*.parquet")))
+    return [(row, message) for _, row in frame.iterrows() for message in row["completion"] if message["role"] == "tool"]
+
+
+def test_the_sandbox_really_ran_each_call(trained):
+    _, out = trained
+    turns = tool_turns(out / "completions")
+    assert turns, "no tool result reached the logged completions"
+    fresh = Sandbox(timeout=5)
+    for row, tool_message in turns[:8]:
+        call = next(m for m in row["completion"] if m["role"] == "assistant" and m.get("tool_calls") is not None
+                    and len(m["tool_calls"]))["tool_calls"][0]
+        arguments = call["function"]["arguments"]
+        code = (json.loads(arguments) if isinstance(arguments, str) else arguments)["code"]
+        assert tool_message["content"] == fresh.run(code)
+    fresh.close()
+
+
+def test_the_rewards_saw_the_whole_conversation(trained):
+    _, out = trained
+    for row, _ in tool_turns(out / "completions"):
+        completion = [dict(m) for m in row["completion"]]
+        for message in completion:
+            if message.get("tool_calls") is not None:
+                message["tool_calls"] = [
+                    {**c, "function": {**c["function"], "arguments": c["function"]["arguments"]
+                                       if isinstance(c["function"]["arguments"], dict)
+                                       else json.loads(c["function"]["arguments"])}} for c in message["tool_calls"]]
+        # tool_use_reward is non-zero only when it sees the tool call and its result, not just the final message
+        assert row["tool_use_reward"] == rewards.tool_use_reward([completion])[0] != 0.0
+
+
+def test_tool_output_tokens_are_masked_from_the_loss(trained, kit):
+    trainer, _ = trained
+    example = tool_use_grpo.build_dataset("train", str(kit / "gsm8k_toy"))[0]
+    batch = trainer._generate_and_score_completions([example] * trainer.args.num_generations)
+    tokenizer = trainer.processing_class
+    masked_some = False
+    for ids, tool_mask, mask in zip(batch["completion_ids"], batch["tool_mask"], batch["completion_mask"]):
+        ids, tool_mask = ids[mask.bool()], tool_mask[mask.bool()]
+        if tool_mask.min() == 1:
+            continue  # this completion called no tool
+        masked_some = True
+        trained_text = tokenizer.decode(ids[tool_mask == 1])
+        hidden_text = tokenizer.decode(ids[tool_mask == 0])
+        assert "<tool_response>" in hidden_text and "<tool_response>" not in trained_text
+        assert "<tool_call>" in trained_text and "<tool_call>" not in hidden_text
+    assert masked_some, "no completion in the batch called the tool"
+
+
+def test_the_readme_shows_the_tool_recipe_rubric():
+    from conftest import ROOT
+
+    assert rewards.rubric_table(tool_use_grpo.REWARD_FUNCS, tool_use_grpo.REWARD_WEIGHTS) in (ROOT / "README.md").read_text()

@@ -1,0 +1,161 @@
+"""Multi-turn GRPO with a tool: the model solves math word problems by calling a sandboxed Python interpreter.
+
+One GPU:                         python tool_use_grpo.py
+Harder problems (MATH):          python tool_use_grpo.py --dataset_name DigitalLearningGmbH/MATH-lighteval
+Any GRPOConfig field, YAML:      python tool_use_grpo.py --config my.yaml --max_tool_calling_iterations 4
+Offline on CPU (tiny model, warm-started to call the tool, ~1 minute):
+    python offline.py --tools && python tool_use_grpo.py --config offline/tool_use_grpo.yaml
+
+TRL's multi-turn loop (`GRPOTrainer(tools=TOOLS)`) parses each tool call from the completion, runs the tool, appends
+its result as a `tool` message and lets the model continue, up to `max_tool_calling_iterations` times. The tool's
+output tokens are masked out of the loss (TRL's tool_mask): the model is trained on what it wrote, never on what the
+interpreter printed. The interpreter runs in `sandbox.py`, never in the training process.
+"""
+
+from dataclasses import dataclass
+
+from datasets import Dataset
+from trl import GRPOTrainer, ModelConfig, TrlParser, get_peft_config, get_quantization_config
+from trl.chat_template_utils import add_response_schema, supports_tool_calling
+
+import rewards
+from gsm8k_grpo import RecipeGRPOConfig, arg, load_split, load_splits, logger, prepare
+from sandbox import PRELOAD, Sandbox
+
+# ------------------------------------------------------------------------------------------------------------ config
+MODEL_NAME = "Qwen/Qwen2.5-1.5B-Instruct"  # a tool-calling instruct model whose chat template TRL can parse
+
+RECIPE_DEFAULTS = {
+    "output_dir": "runs/tool_use_grpo",
+    "learning_rate": 1e-6,
+    "lr_scheduler_type": "cosine",
+    "warmup_ratio": 0.05,
+    "max_grad_norm": 0.1,
+    "activation_checkpointing": True,
+    "num_generations": 8,
+    "per_device_train_batch_size": 8,
+    "gradient_accumulation_steps": 4,  # 4 prompts × 8 completions per optimizer step
+    "max_completion_length": 1024,  # the whole conversation after the prompt: calls, tool results, answer
+    "max_tool_calling_iterations": 4,  # at most 4 rounds of tool calls per completion
+    "num_train_epochs": 1,
+    "logging_steps": 1,
+    "save_steps": 100, "save_total_limit": 3,
+    "eval_strategy": "steps", "eval_steps": 100, "per_device_eval_batch_size": 16, "num_generations_eval": 4,
+    "vllm_gpu_memory_utilization": 0.3,
+    "lora_r": 16, "lora_alpha": 32, "lora_target_modules": ["all-linear"],  # used with --use_peft
+}
+
+
+@dataclass
+class ScriptArguments:
+    dataset_name: str = arg("openai/gsm8k", "openai/gsm8k, or DigitalLearningGmbH/MATH-lighteval for harder problems.")
+    dataset_path: str | None = arg(None, "Local GSM8K-form data (question, answer '… #### n'): a file or a folder "
+                                         "with train.* and test.* files. Replaces --dataset_name.")
+    num_eval_examples: int = arg(200, "Held-out test problems scored with the same rewards at each evaluation.")
+    tool_timeout: float = arg(5.0, "Seconds one tool call may run before the sandbox kills it.")
+
+
+# -------------------------------------------------------------------------------------------------------------- data
+# dataset name -> (config, question column, solution column, how to read the gold answer from the solution)
+SOURCES = {
+    "openai/gsm8k": ("main", "question", "answer", rewards.extract_hash_answer),
+    "DigitalLearningGmbH/MATH-lighteval": ("default", "problem", "solution", rewards.extract_boxed_answer),
+}
+
+
+def build_dataset(split: str = "train", dataset_path: str | None = None, dataset_name: str = "openai/gsm8k") -> Dataset:
+    """Math problems as conversational `prompt`s and gold `answer`s; local data (--dataset_path) is in GSM8K form."""
+    name = "openai/gsm8k" if dataset_path else dataset_name
+    if name not in SOURCES:
+        raise ValueError(f"unknown --dataset_name {name!r}: use one of {sorted(SOURCES)} or --dataset_path")
+    config, question, solution, gold = SOURCES[name]
+    raw = load_split(split, dataset_path, name, config)
+    missing = {question, solution} - set(raw.column_names)
+    if missing:
+        raise ValueError(f"{dataset_path or dataset_name} ({split}) lacks column(s) {sorted(missing)}: it has "
+                         f"{raw.column_names}.")
+    return raw.map(
+        lambda row: {
+            "prompt": [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": row[question]}],
+            "answer": gold(row[solution]),
+        },
+        remove_columns=raw.column_names,
+    )
+
+
+# ----------------------------------------------------------------------------------------------------- system prompt
+SYSTEM_PROMPT = """Solve the math problem. Use the python tool to do the arithmetic instead of doing it in your head: \
+write code that prints the result. When you know the answer, reply with only the final number inside \
+<answer></answer> tags, for example <answer>42</answer>."""
+
+# ------------------------------------------------------------------------------------------------------------- tools
+# numpy and sympy preloaded: models like to import them, and the throwaway user may not be able to.
+SANDBOX = Sandbox(timeout=5.0, preload=PRELOAD + ("numpy", "sympy"))
+
+
+def python(code: str) -> str:
+    """Run Python code and return what it printed, or the value of its last expression, or the error.
+
+    Args:
+        code: Python source code. Each call starts fresh: variables do not carry over between calls.
+    """
+    return SANDBOX.run(code)
+
+
+TOOLS = [python]
+
+# ----------------------------------------------------------------------------------------------------------- rewards
+# A correct answer scores 2.0 plus at most 0.5 for tool use; tool use alone can never reach a correct answer's score,
+# and failed or repeated calls cost at most 0.5 (tests/test_rewards.py probes both).
+REWARD_FUNCS, REWARD_WEIGHTS = rewards.combine({
+    rewards.correctness_reward: 2.0,
+    rewards.tool_use_reward: 0.5,
+})
+
+
+# ----------------------------------------------------------------------------------------------------------- trainer
+def check_tool_template(tokenizer, model_name: str) -> None:
+    """TRL must be able to render tool calls with this chat template and parse them back out of completions."""
+    try:
+        add_response_schema(tokenizer)
+        parses = True
+    except ValueError:
+        parses = False
+    if not (parses and supports_tool_calling(tokenizer)):
+        raise SystemExit(f"{model_name}: TRL cannot parse tool calls with this chat template. Use a model from a "
+                         "family TRL supports for tool calling: Qwen2.5, Qwen3, Qwen3.5, Llama 3.1/3.2, GLM-4-MoE, "
+                         "gpt-oss, LFM2, Gemma 4 or DeepSeek-R1-Distill.")
+
+
+def main(argv: list[str] | None = None) -> GRPOTrainer:
+    parser = TrlParser((ScriptArguments, RecipeGRPOConfig, ModelConfig))
+    parser.set_defaults_with_config(**RECIPE_DEFAULTS, reward_weights=REWARD_WEIGHTS, model_name_or_path=MODEL_NAME)
+    script_args, training_args, model_args = parser.parse_args_and_config(argv)
+    SANDBOX.limits["timeout"] = script_args.tool_timeout
+    tokenizer = prepare(training_args, model_args, REWARD_FUNCS)
+    check_tool_template(tokenizer, model_args.model_name_or_path)
+    logger.info(f"sandbox protections here: {SANDBOX.protections()}")
+
+    def build(split, dataset_path):
+        return build_dataset(split, dataset_path, script_args.dataset_name)
+
+    train_dataset, eval_dataset = load_splits(build, script_args, training_args)
+    trainer = GRPOTrainer(
+        model=model_args.model_name_or_path,
+        reward_funcs=REWARD_FUNCS,
+        args=training_args,
+        train_dataset=train_dataset,
+        eval_dataset=eval_dataset,
+        processing_class=tokenizer,
+        tools=TOOLS,
+        peft_config=get_peft_config(model_args),
+        quantization_config=get_quantization_config(model_args),
+    )
+    trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+    trainer.save_model(training_args.output_dir)
+    logger.info(f"saved the trained model to {training_args.output_dir}")
+    return trainer
+
+
+if __name__ == "__main__":
+    main()
