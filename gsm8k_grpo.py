@@ -57,10 +57,8 @@ def arg(default, help: str):
 
 @dataclass
 class ScriptArguments:
-    dataset_path: str | None = arg(None, "Local GSM8K-form data instead of openai/gsm8k: a JSON/JSONL/parquet file "
-                                         "(train only) or a folder with train.* and test.* files.")
-    num_eval_examples: int = arg(200, "Held-out test problems scored with the same rewards at each evaluation "
-                                      "(--eval_strategy no turns evaluation off).")
+    dataset_path: str | None = arg(None, "Local GSM8K-form data: a JSON/JSONL/parquet file or a folder of split files.")
+    num_eval_examples: int = arg(200, "Held-out test problems scored with the same rewards at each evaluation.")
 
 
 @dataclass
@@ -112,8 +110,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[ScriptArguments, RecipeGR
 
 # -------------------------------------------------------------------------------------------------------------- data
 def load_split(split: str, dataset_path: str | None = None, name="openai/gsm8k", config="main") -> Dataset:
-    """One split of a Hub dataset, or of local data: a JSON/JSONL/parquet file (its only split is train) or a folder
-    with train.* and test.* files."""
+    """One split of a Hub dataset or of local data: a JSON/JSONL/parquet file (train only) or a folder of splits."""
     if dataset_path is None:
         return load_dataset(name, config, split=split)
     if Path(dataset_path).is_dir():
@@ -170,8 +167,7 @@ def setup_wandb(training_args: GRPOConfig) -> None:
     logged_in = netrc_path.is_file() and "api.wandb.ai" in netrc_path.read_text(errors="ignore")
     if not (os.environ.get("WANDB_API_KEY") or logged_in or os.environ.get("WANDB_MODE")):
         os.environ["WANDB_MODE"] = "offline"
-        logger.warning("wandb: no API key (WANDB_API_KEY or `wandb login`), logging offline to ./wandb; "
-                       "upload later with `wandb sync`.")
+        logger.warning("wandb: no API key (WANDB_API_KEY or `wandb login`): logging offline; upload with `wandb sync`.")
 
 
 def check_model_options(training_args: GRPOConfig, model_args: ModelConfig, reward_funcs: list) -> None:
@@ -194,9 +190,8 @@ def prepare(training_args: GRPOConfig, model_args: ModelConfig, reward_funcs: li
     if "OMP_NUM_THREADS" in os.environ:  # torch read it at import, before a YAML `env:` block could set it
         torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
     check_model_options(training_args, model_args, reward_funcs)
-    generation = f"vLLM ({training_args.vllm_mode})" if training_args.use_vllm else "transformers"
-    if not training_args.use_vllm and torch.cuda.is_available():
-        generation += " (install vLLM for faster generation)"
+    generation = f"vLLM ({training_args.vllm_mode})" if training_args.use_vllm else "transformers" + (
+        " (install vLLM for faster generation)" if torch.cuda.is_available() else "")
     precision = "bf16" if training_args.bf16 else "fp16" if training_args.fp16 else "fp32"
     logger.info(f"precision {precision}; generation with {generation}")
     logger.info("rubric:\n" + rewards.rubric_table(reward_funcs, training_args.reward_weights))
@@ -227,24 +222,31 @@ def load_splits(build, script_args, training_args: GRPOConfig) -> tuple[Dataset,
     return train_dataset, eval_dataset
 
 
-def main(argv: list[str] | None = None) -> GRPOTrainer:
-    script_args, training_args, model_args = parse_args(argv)
-    tokenizer = prepare(training_args, model_args, REWARD_FUNCS)
-    train_dataset, eval_dataset = load_splits(build_dataset, script_args, training_args)
+def train(model_args: ModelConfig, training_args: GRPOConfig, tokenizer, train_dataset, eval_dataset, reward_funcs,
+          **trainer_kwargs) -> GRPOTrainer:
+    """TRL's GRPOTrainer (with LoRA/QLoRA when asked), trained (resumed from a checkpoint when asked) and saved."""
     trainer = GRPOTrainer(
         model=model_args.model_name_or_path,
-        reward_funcs=REWARD_FUNCS,
+        reward_funcs=reward_funcs,
         args=training_args,
         train_dataset=train_dataset,
         eval_dataset=eval_dataset,
         processing_class=tokenizer,
         peft_config=get_peft_config(model_args),
         quantization_config=get_quantization_config(model_args),
+        **trainer_kwargs,
     )
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     trainer.save_model(training_args.output_dir)
     logger.info(f"saved the trained model to {training_args.output_dir}")
     return trainer
+
+
+def main(argv: list[str] | None = None) -> GRPOTrainer:
+    script_args, training_args, model_args = parse_args(argv)
+    tokenizer = prepare(training_args, model_args, REWARD_FUNCS)
+    train_dataset, eval_dataset = load_splits(build_dataset, script_args, training_args)
+    return train(model_args, training_args, tokenizer, train_dataset, eval_dataset, REWARD_FUNCS)
 
 
 if __name__ == "__main__":

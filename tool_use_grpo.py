@@ -15,11 +15,11 @@ interpreter printed. The interpreter runs in `sandbox.py`, never in the training
 from dataclasses import dataclass
 
 from datasets import Dataset
-from trl import GRPOTrainer, ModelConfig, TrlParser, get_peft_config, get_quantization_config
+from trl import GRPOTrainer, ModelConfig, TrlParser
 from trl.chat_template_utils import add_response_schema, supports_tool_calling
 
 import rewards
-from gsm8k_grpo import RecipeGRPOConfig, arg, load_split, load_splits, logger, prepare
+from gsm8k_grpo import RecipeGRPOConfig, arg, load_split, load_splits, logger, prepare, train
 from sandbox import PRELOAD, Sandbox
 
 # ------------------------------------------------------------------------------------------------------------ config
@@ -140,21 +140,7 @@ def main(argv: list[str] | None = None) -> GRPOTrainer:
         return build_dataset(split, dataset_path, script_args.dataset_name)
 
     train_dataset, eval_dataset = load_splits(build, script_args, training_args)
-    trainer = GRPOTrainer(
-        model=model_args.model_name_or_path,
-        reward_funcs=REWARD_FUNCS,
-        args=training_args,
-        train_dataset=train_dataset,
-        eval_dataset=eval_dataset,
-        processing_class=tokenizer,
-        tools=TOOLS,
-        peft_config=get_peft_config(model_args),
-        quantization_config=get_quantization_config(model_args),
-    )
-    trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
-    trainer.save_model(training_args.output_dir)
-    logger.info(f"saved the trained model to {training_args.output_dir}")
-    return trainer
+    return train(model_args, training_args, tokenizer, train_dataset, eval_dataset, REWARD_FUNCS, tools=TOOLS)
 
 
 if __name__ == "__main__":
