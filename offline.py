@@ -74,6 +74,55 @@ def write_toy_gsm8k(out_dir: str | Path, n_train: int = 48, n_test: int = 16, se
     return out_dir
 
 
+def write_toy_search(out_dir: str | Path, n_people: int = 64, n_test: int = 16, seed: int = 0) -> Path:
+    """A generated corpus (corpus.jsonl) and two-hop questions (questions/{train,test}.jsonl) for the search agent.
+
+    Each person's passage names the city they were born in, and each city's passage names its country: "In which
+    country was X born?" needs a search for X, then one for the city.
+    """
+    rng = random.Random(seed)
+    syllables = ["ka", "lo", "mi", "ren", "ta", "vo", "shi", "ban", "del", "ru", "no", "pe", "zar", "qui", "fen"]
+
+    def name(parts: int) -> str:
+        return "".join(rng.choice(syllables) for _ in range(parts)).capitalize()
+
+    countries = sorted({name(3) + "ia" for _ in range(8)})
+    cities = {name(2) + rng.choice(["ton", "burg", "ville", "port"]): rng.choice(countries) for _ in range(24)}
+    jobs = ["painter", "engineer", "poet", "chemist", "sailor", "architect", "composer", "botanist"]
+    people = {f"{name(2)} {name(3)}": (rng.choice(sorted(cities)), rng.choice(jobs)) for _ in range(n_people)}
+    corpus = [{"title": person, "text": f"{person} is a {job} who was born in {city}. {person.split()[0]} later "
+               f"moved abroad and became known for work as a {job}."} for person, (city, job) in people.items()]
+    corpus += [{"title": city, "text": f"{city} is a city in {country}. It has a harbour, a market and an old "
+                f"university."} for city, country in cities.items()]
+    city_counts = {country: list(cities.values()).count(country) for country in countries}
+    corpus += [{"title": country, "text": f"{country} is a country with {count} large cities."}
+               for country, count in city_counts.items()]
+    out_dir = Path(out_dir)
+    (out_dir / "questions").mkdir(parents=True, exist_ok=True)
+    (out_dir / "corpus.jsonl").write_text("".join(json.dumps(p) + "\n" for p in corpus))
+    questions = [{"question": f"In which country was {person} born?", "answer": cities[city],
+                  "supporting_titles": [person, city]} for person, (city, _) in people.items()]
+    for split, rows in (("train", questions[n_test:]), ("test", questions[:n_test])):
+        (out_dir / "questions" / f"{split}.jsonl").write_text("".join(json.dumps(q) + "\n" for q in rows))
+    return out_dir
+
+
+def search_conversations(questions_file: str | Path, index, system_prompt: str) -> list[dict]:
+    """Two-hop questions solved with two real searches (the person, then the city their passage names)."""
+    conversations = []
+    for line in Path(questions_file).read_text().splitlines():
+        question = json.loads(line)
+        person, city = question["supporting_titles"]
+        messages = [{"role": "system", "content": system_prompt}, {"role": "user", "content": question["question"]}]
+        for query in (person, city):
+            call = {"type": "function", "function": {"name": "search", "arguments": {"query": query}}}
+            messages += [{"role": "assistant", "content": "", "tool_calls": [call]},
+                         {"role": "tool", "name": "search", "content": index.search(query)}]
+        messages.append({"role": "assistant", "content": f"<answer>{question['answer']}</answer>"})
+        conversations.append({"messages": messages})
+    return conversations
+
+
 def build_tiny_model(out_dir: str | Path, corpus: list[str], vocab_size: int = 2048, seed: int = 0) -> Path:
     """Train a byte-level BPE tokenizer on `corpus`, build a small random Qwen2ForCausalLM, save both to out_dir."""
     import torch
@@ -125,9 +174,9 @@ def tool_call_conversations(data_dir: str | Path, system_prompt: str, split: str
     return conversations
 
 
-def warm_start_tool_calls(model_dir: str | Path, out_dir: str | Path, conversations: list[dict], tools: list,
+def warm_start(model_dir: str | Path, out_dir: str | Path, conversations: list[dict], tools: list,
                           steps: int = 150, seed: int = 0) -> Path:
-    """SFT the tiny model on tool-call conversations (loss on assistant turns only) so that it calls the tool.
+    """SFT the tiny model on tool-call conversations (loss on assistant turns only) so that it calls the tools.
 
     An untrained model never emits a parseable tool call, so without this an offline run of a tool recipe never
     exercises the tool path.
@@ -175,35 +224,54 @@ OFFLINE_GRPO_CONFIG = {
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out_dir", default="offline", help="where to write the kit")
-    parser.add_argument("--tools", action="store_true", help="also warm-start a tool-calling model (tool_use_grpo)")
-    parser.add_argument("--tool_sft_steps", type=int, default=150, help="SFT steps of the tool warm start")
+    parser.add_argument("--tools", action="store_true", help="also warm-start a model for tool_use_grpo.py")
+    parser.add_argument("--search", action="store_true", help="also a search corpus and a model for search_agent_grpo")
+    parser.add_argument("--sft_steps", type=int, default=150, help="SFT steps of each warm start")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     import yaml
     from trl.chat_template_utils import qwen2_5_chat_template
 
     import gsm8k_grpo
+    import search_agent_grpo
     import tool_use_grpo
 
     out = Path(args.out_dir)
     data_dir = write_toy_gsm8k(out / "gsm8k_toy", seed=args.seed)
+    search_dir = write_toy_search(out / "search_toy", seed=args.seed)
     conversations = tool_call_conversations(data_dir, tool_use_grpo.SYSTEM_PROMPT)
-    # The tokenizer learns the text it will see: the data, both system prompts, the chat template's tool header.
+    # The tokenizer learns the text it will see: the data, the system prompts, the chat template's tool header.
     corpus = [line for split in ("train", "test") for line in (data_dir / f"{split}.jsonl").read_text().splitlines()]
-    corpus += [gsm8k_grpo.SYSTEM_PROMPT, tool_use_grpo.SYSTEM_PROMPT, qwen2_5_chat_template,
-               json.dumps(conversations[:8]), "<reasoning>\nStep by step.\n</reasoning>\n<answer>\n42\n</answer>"]
+    corpus += (search_dir / "corpus.jsonl").read_text().splitlines()
+    corpus += [gsm8k_grpo.SYSTEM_PROMPT, tool_use_grpo.SYSTEM_PROMPT, search_agent_grpo.SYSTEM_PROMPT,
+               qwen2_5_chat_template, json.dumps(conversations[:8]),
+               "<reasoning>\nStep by step.\n</reasoning>\n<answer>\n42\n</answer>"]
     model_dir = build_tiny_model(out / "tiny-qwen2", corpus, seed=args.seed)
-    written = [data_dir, model_dir, out / "gsm8k_grpo.yaml"]
+    written = [data_dir, search_dir, model_dir, out / "gsm8k_grpo.yaml"]
     config = {"model_name_or_path": str(model_dir), "dataset_path": str(data_dir),
               "output_dir": str(out / "runs" / "gsm8k_grpo"), **OFFLINE_GRPO_CONFIG}
     (out / "gsm8k_grpo.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
     if args.tools:
-        tools_dir = warm_start_tool_calls(model_dir, out / "tiny-qwen2-tools", conversations, tool_use_grpo.TOOLS,
-                                          steps=args.tool_sft_steps, seed=args.seed)
-        config = {**config, "model_name_or_path": str(tools_dir), "output_dir": str(out / "runs" / "tool_use_grpo"),
-                  "max_completion_length": 96, "max_tool_calling_iterations": 2}
-        (out / "tool_use_grpo.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+        tools_dir = warm_start(model_dir, out / "tiny-qwen2-tools", conversations, tool_use_grpo.TOOLS,
+                               steps=args.sft_steps, seed=args.seed)
+        tool_config = {**config, "model_name_or_path": str(tools_dir), "max_completion_length": 96,
+                       "max_tool_calling_iterations": 2, "output_dir": str(out / "runs" / "tool_use_grpo")}
+        (out / "tool_use_grpo.yaml").write_text(yaml.safe_dump(tool_config, sort_keys=False))
         written += [tools_dir, out / "tool_use_grpo.yaml"]
+    if args.search:
+        search_options = {"corpus_path": str(search_dir / "corpus.jsonl"), "index_dir": str(out / "bm25_index"),
+                          "search_top_k": 2, "snippet_chars": 90}
+        index = search_agent_grpo.SearchIndex(search_agent_grpo.build_corpus(search_options["corpus_path"]),
+                                              search_options["index_dir"], 2, 90)
+        search_model = warm_start(model_dir, out / "tiny-qwen2-search",
+                                  search_conversations(search_dir / "questions" / "train.jsonl", index,
+                                                       search_agent_grpo.SYSTEM_PROMPT),
+                                  search_agent_grpo.TOOLS, steps=args.sft_steps, seed=args.seed)
+        search_config = {**config, **search_options, "model_name_or_path": str(search_model),
+                         "dataset_path": str(search_dir / "questions"), "max_completion_length": 192,
+                         "max_tool_calling_iterations": 3, "output_dir": str(out / "runs" / "search_agent_grpo")}
+        (out / "search_agent_grpo.yaml").write_text(yaml.safe_dump(search_config, sort_keys=False))
+        written += [search_model, out / "search_agent_grpo.yaml"]
     print("wrote " + ", ".join(map(str, written)))
 
 

@@ -530,6 +530,44 @@ def tool_use_reward(completions, **kwargs) -> list[float]:
     return _score_each(score, completions)
 
 
+def _called(completion, tool: str) -> bool:
+    return any(call.split("(", 1)[0] == tool and not _tool_failed(result)
+               for call, result in tool_calls_and_results(completion))
+
+
+class RequiresToolCall:
+    """Wraps a reward so that it pays only in completions that called `tool` successfully at least once.
+
+    For agents that must use their tools: a search agent's answer reward should not pay for answering from memory.
+    """
+
+    def __init__(self, reward, tool: str):
+        self.reward, self.tool = reward, tool
+        self.__name__ = f"{reward_name(reward)}_after_{tool}"
+        pays_for, gaming = describe([reward], [1.0])[0][2:]
+        self.__doc__ = (f"{pays_for}, and only after a successful `{tool}` call (0.0 without one). "
+                        f"Gaming it: answering without calling {tool} earns nothing; otherwise {gaming}")
+
+    def __call__(self, completions, **kwargs) -> list[float]:
+        scores = self.reward(completions=completions, **kwargs)
+        return [score if _called(c, self.tool) else 0.0 for c, score in zip(completions, scores, strict=True)]
+
+
+def retrieval_recall_reward(completions, supporting_titles, **kwargs) -> list[float | None]:
+    """Share in [0, 1] of the gold supporting passages whose [title] appeared in the tool results; None without gold.
+
+    A diagnostic for search agents, best logged with weight 0: it shows whether the model finds the evidence.
+    Gaming it: searching for everything raises it without answering anything, so it should not be paid for.
+    """
+    def score(completion, titles) -> float | None:
+        if not titles:
+            return None
+        seen = " ".join(result for _, result in tool_calls_and_results(completion))
+        return sum(f"[{title}]" in seen for title in titles) / len(titles)
+
+    return [_safely(score, c, titles) for c, titles in zip(completions, supporting_titles, strict=True)]
+
+
 # -------------------------------------------------------------------------------------------------- question answering
 
 
@@ -542,6 +580,18 @@ def normalize_answer(text: str) -> str:
 def _golds(gold) -> list[str]:
     """A gold answer may be one string or a list of accepted aliases."""
     return [str(g) for g in gold] if isinstance(gold, (list, tuple)) else [str(gold)]
+
+
+def answer_format_reward(completions, answer_tag="answer", reasoning_tag="reasoning", **kwargs) -> list[float]:
+    """1.0 when the final message holds exactly one non-empty answer block, else 0.0.
+
+    Teaches the answer format. Gaming it: any answer in tags earns it, so its weight must stay well below the answer
+    rewards.
+    """
+    def score(completion) -> float:
+        return float(bool(extract_xml_answer(completion_text(completion), answer_tag, reasoning_tag)))
+
+    return _score_each(score, completions)
 
 
 def exact_match_reward(completions, answer, answer_tag="answer", reasoning_tag="reasoning", **kwargs) -> list[float]:

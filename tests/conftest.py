@@ -15,9 +15,9 @@ os.environ.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", OMP_NUM_THREADS="
 
 @pytest.fixture(scope="session")
 def kit(tmp_path_factory) -> Path:
-    """`python offline.py --out_dir <tmp> --tools`: toy data, the tiny model, its tool-calling warm start, configs."""
+    """`python offline.py --out_dir <tmp> --tools --search`: toy data, the tiny model, its two warm starts, configs."""
     import offline
 
     out = tmp_path_factory.mktemp("offline")
-    offline.main(["--out_dir", str(out), "--tools"])
+    offline.main(["--out_dir", str(out), "--tools", "--search"])
     return out

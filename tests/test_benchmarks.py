@@ -20,3 +20,10 @@ def test_bench_sandbox_prints_latency_for_the_sandbox_and_the_fresh_process_base
                           capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.count("calls/s") == 3 and "sympy call" in proc.stdout
+
+
+def test_bench_search_prints_bm25s_and_rank_bm25_figures():
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_search.py"), "--passages", "2000",
+                           "--queries", "20"], capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "bm25s index build" in proc.stdout and proc.stdout.count("queries/s") == 2

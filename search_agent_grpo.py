@@ -1,0 +1,185 @@
+"""A multi-turn search agent trained with GRPO over a local BM25 index (Search-R1 style, one or two GPUs).
+
+One GPU (HotpotQA distractor):   python search_agent_grpo.py
+Your own corpus and questions:   python search_agent_grpo.py --corpus_path docs.jsonl --dataset_path questions/
+Offline on CPU (tiny model warm-started to search, generated corpus):
+    python offline.py --search && python search_agent_grpo.py --config offline/search_agent_grpo.yaml
+
+The model searches the corpus (`search`), reads whole passages (`read`) over several turns, then answers. Only the
+answer is rewarded, and only when the model searched; the retrieved text is never trained on (TRL masks tool output
+tokens out of the loss). The corpus needs no Wikipedia dump: HotpotQA's per-question paragraphs, pooled over its
+splits and de-duplicated by title, so multi-hop questions need two or more searches. The bm25s index is built once
+(with a progress bar), saved under --index_dir keyed by a hash of the corpus, reloaded while the corpus is unchanged.
+"""
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import bm25s
+from datasets import Dataset, concatenate_datasets
+from trl import GRPOTrainer, ModelConfig, TrlParser
+
+import rewards
+from gsm8k_grpo import RecipeGRPOConfig, arg, load_split, load_splits, logger, prepare, train
+from tool_use_grpo import check_tool_template
+
+# ------------------------------------------------------------------------------------------------------------ config
+MODEL_NAME = "Qwen/Qwen2.5-1.5B-Instruct"
+HOTPOTQA = ("hotpotqa/hotpot_qa", "distractor")
+
+RECIPE_DEFAULTS = {
+    "output_dir": "runs/search_agent_grpo",
+    "learning_rate": 1e-6, "lr_scheduler_type": "cosine", "warmup_ratio": 0.05, "max_grad_norm": 0.1,
+    "activation_checkpointing": True,
+    "num_generations": 8,
+    "per_device_train_batch_size": 8,
+    "gradient_accumulation_steps": 4,  # 4 questions × 8 rollouts per optimizer step
+    "max_completion_length": 2048,  # every turn after the prompt: searches, results, reads, the answer
+    "max_tool_calling_iterations": 6,  # multi-hop: a few searches and reads
+    "num_train_epochs": 1, "logging_steps": 1, "save_steps": 100, "save_total_limit": 3,
+    "eval_strategy": "steps", "eval_steps": 100, "per_device_eval_batch_size": 16, "num_generations_eval": 4,
+    "vllm_gpu_memory_utilization": 0.3,
+    "lora_r": 16, "lora_alpha": 32, "lora_target_modules": ["all-linear"],  # used with --use_peft
+}
+
+
+@dataclass
+class ScriptArguments:
+    corpus_path: str | None = arg(None, "JSONL of {'title', 'text'} passages; default: HotpotQA's paragraphs.")
+    dataset_path: str | None = arg(None, "Questions (question, answer, optional supporting_titles): a JSON/JSONL/"
+                                         "parquet file or a folder of split files; default: HotpotQA distractor.")
+    index_dir: str = arg("runs/bm25_index", "Where the bm25s index is saved, one folder per corpus hash.")
+    num_eval_examples: int = arg(200, "Held-out questions scored with the same rewards at each evaluation.")
+    search_top_k: int = arg(3, "Passages a search returns.")
+    snippet_chars: int = arg(200, "Characters of each passage a search shows.")
+    passage_chars: int = arg(1500, "Characters of a passage `read` returns at most.")
+
+
+# -------------------------------------------------------------------------------------------------------------- data
+def hotpotqa_split(split: str) -> Dataset:
+    return load_split("validation" if split == "test" else split, None, *HOTPOTQA)  # HotpotQA has no test answers
+
+
+def build_corpus(corpus_path: str | None = None) -> list[dict]:
+    """Passages as {'title', 'text'}: a JSONL file, or HotpotQA's paragraphs de-duplicated by title."""
+    if corpus_path is not None:
+        return [json.loads(line) for line in Path(corpus_path).read_text().splitlines() if line.strip()]
+    passages = {}
+    for row in concatenate_datasets([hotpotqa_split("train"), hotpotqa_split("test")])["context"]:
+        for title, sentences in zip(row["title"], row["sentences"], strict=True):
+            passages.setdefault(title, "".join(sentences))
+    return [{"title": title, "text": text} for title, text in passages.items()]
+
+
+def build_dataset(split: str = "train", dataset_path: str | None = None) -> Dataset:
+    """Questions as conversational `prompt`s, gold `answer`s and the `supporting_titles` a good search finds."""
+    raw = load_split(split, dataset_path) if dataset_path else hotpotqa_split(split)
+    if not {"question", "answer"} <= set(raw.column_names):
+        raise ValueError(f"{dataset_path} ({split}) needs `question` and `answer` columns; it has {raw.column_names}.")
+
+    def row_to_example(row):
+        titles = row["supporting_facts"]["title"] if "supporting_facts" in row else row.get("supporting_titles") or []
+        return {"prompt": [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": row["question"]}],
+                "answer": row["answer"], "supporting_titles": sorted(set(titles))}
+
+    return raw.map(row_to_example, remove_columns=raw.column_names)
+
+
+# ----------------------------------------------------------------------------------------------------- system prompt
+SYSTEM_PROMPT = """Answer the question using the search tools: search for the people, places and things it mentions, \
+read the passages that look relevant, and search again for what they lead to. Questions often need two or more \
+searches. When you know the answer, reply with only the answer inside <answer></answer> tags, for example \
+<answer>Paris</answer>."""
+
+
+# ------------------------------------------------------------------------------------------------------------- tools
+class SearchIndex:
+    """A bm25s index over the corpus, saved under index_dir/<corpus hash> and reloaded while the corpus is unchanged."""
+
+    def __init__(self, corpus: list[dict], index_dir: str, top_k=3, snippet_chars=200, passage_chars=1500):
+        self.top_k, self.snippet_chars, self.passage_chars = top_k, snippet_chars, passage_chars
+        digest = hashlib.sha256(json.dumps(corpus, sort_keys=True).encode()).hexdigest()[:16]
+        self.path = Path(index_dir) / digest
+        self.rebuilt = not (self.path / "params.index.json").exists()
+        if self.rebuilt:
+            logger.info(f"building the bm25s index of {len(corpus)} passages in {self.path}")
+            self.retriever = bm25s.BM25()
+            self.retriever.index(bm25s.tokenize([f"{p['title']}\n{p['text']}" for p in corpus], stopwords="en"))
+            self.retriever.save(str(self.path), corpus=corpus)
+        else:
+            logger.info(f"reusing the bm25s index in {self.path}")
+            self.retriever = bm25s.BM25.load(str(self.path), load_corpus=True, show_progress=False)
+        self.corpus = corpus if self.rebuilt else list(self.retriever.corpus)
+        self.by_title = {str(p["title"]).casefold(): p for p in self.corpus}
+
+    def search(self, query: str) -> str:
+        tokens = bm25s.tokenize([str(query)[:1000]], stopwords="en", return_ids=False, show_progress=False)
+        if not tokens[0]:
+            return "Error: the query has no searchable words. Search for names or keywords."
+        docs, scores = self.retriever.retrieve(tokens, corpus=self.corpus, k=min(self.top_k, len(self.corpus)),
+                                               show_progress=False)
+        hits = [doc for doc, score in zip(docs[0], scores[0], strict=True) if score > 0]
+        if not hits:
+            return f"Error: no results for {str(query)[:100]!r}. Try other keywords."
+        return "\n".join(f"[{p['title']}] {p['text'][:self.snippet_chars]}" for p in hits)
+
+    def read(self, title: str) -> str:
+        passage = self.by_title.get(str(title).strip().strip("[]").casefold())
+        if passage is None:
+            return f"Error: no passage titled {str(title)[:100]!r}. Search, then read a title it returns."
+        text = passage["text"]
+        cut = f" [... {len(text) - self.passage_chars} more characters]" if len(text) > self.passage_chars else ""
+        return f"[{passage['title']}] {text[:self.passage_chars]}{cut}"
+
+
+INDEX: SearchIndex | None = None  # set in main() (or by tests) before the tools run
+
+
+def search(query: str) -> str:
+    """Search the document collection and return the best matching passages as [title] snippet lines.
+
+    Args:
+        query: Keywords to look for, such as a name, a place or a title.
+    """
+    return INDEX.search(query)
+
+
+def read(title: str) -> str:
+    """Read the whole passage with this title.
+
+    Args:
+        title: A title exactly as a search result showed it, without the brackets.
+    """
+    return INDEX.read(title)
+
+
+TOOLS = [search, read]
+
+# ----------------------------------------------------------------------------------------------------------- rewards
+# Answer rewards pay only after a search (answering from memory earns nothing); retrieval recall is logged, weight 0.
+REWARD_FUNCS, REWARD_WEIGHTS = rewards.combine({
+    rewards.RequiresToolCall(rewards.exact_match_reward, "search"): 1.0,
+    rewards.RequiresToolCall(rewards.token_f1_reward, "search"): 1.0,
+    rewards.answer_format_reward: 0.2,
+    rewards.retrieval_recall_reward: 0.0,
+})
+
+
+# ----------------------------------------------------------------------------------------------------------- trainer
+def main(argv: list[str] | None = None) -> GRPOTrainer:
+    global INDEX
+    parser = TrlParser((ScriptArguments, RecipeGRPOConfig, ModelConfig))
+    parser.set_defaults_with_config(**RECIPE_DEFAULTS, reward_weights=REWARD_WEIGHTS, model_name_or_path=MODEL_NAME)
+    script_args, training_args, model_args = parser.parse_args_and_config(argv)
+    tokenizer = prepare(training_args, model_args, REWARD_FUNCS)
+    check_tool_template(tokenizer, model_args.model_name_or_path)
+    INDEX = SearchIndex(build_corpus(script_args.corpus_path), script_args.index_dir, script_args.search_top_k,
+                        script_args.snippet_chars, script_args.passage_chars)
+    train_dataset, eval_dataset = load_splits(build_dataset, script_args, training_args)
+    return train(model_args, training_args, tokenizer, train_dataset, eval_dataset, REWARD_FUNCS, tools=TOOLS)
+
+
+if __name__ == "__main__":
+    main()

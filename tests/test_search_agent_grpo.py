@@ -1,0 +1,138 @@
+"""search_agent_grpo.py: a real bm25s index, tools that never raise, index reuse, and GRPO steps that search."""
+
+import json
+
+import pandas as pd
+import pytest
+from datasets import Dataset
+
+import rewards
+import search_agent_grpo as agent
+
+
+@pytest.fixture(scope="module")
+def corpus(kit):
+    return agent.build_corpus(str(kit / "search_toy" / "corpus.jsonl"))
+
+
+@pytest.fixture(scope="module")
+def index(corpus, tmp_path_factory):
+    return agent.SearchIndex(corpus, str(tmp_path_factory.mktemp("index")), top_k=3, snippet_chars=100)
+
+
+def test_search_finds_the_passage_a_question_names(index, kit):
+    question = json.loads((kit / "search_toy" / "questions" / "test.jsonl").read_text().splitlines()[0])
+    person, city = question["supporting_titles"]
+    first = index.search(person)
+    assert first.startswith(f"[{person}]") and city in first
+    assert f"[{city}]" in index.search(city) and question["answer"] in index.read(city)
+
+
+@pytest.mark.parametrize("query", ["", "   ", "the of and", "x" * 10_000, "東京 ü ñ 🙂", "\x00\n\t", "[", "a" * 3])
+def test_bad_queries_get_a_clean_tool_result(index, query):
+    result = index.search(query)
+    assert isinstance(result, str) and len(result) < 2000
+
+
+@pytest.mark.parametrize("title", ["", "No Such Passage", "42", "x" * 10_000, "🙂", None, 7])
+def test_unknown_passages_get_a_clean_tool_result(index, title):
+    result = index.read(title)
+    assert result.startswith("Error: no passage titled") and len(result) < 300
+
+
+def test_read_caps_the_passage_and_says_so(corpus, tmp_path):
+    long = [{"title": "Long", "text": "word " * 2000}, *corpus[:5]]
+    result = agent.SearchIndex(long, str(tmp_path), passage_chars=300).read("[long]")
+    assert result.startswith("[Long] word") and result.endswith("more characters]") and len(result) < 400
+
+
+def test_the_index_is_reused_while_the_corpus_is_unchanged_and_rebuilt_when_it_changes(corpus, tmp_path):
+    first = agent.SearchIndex(corpus, str(tmp_path))
+    again = agent.SearchIndex(corpus, str(tmp_path))
+    changed = agent.SearchIndex(corpus + [{"title": "New", "text": "A new passage about zebras."}], str(tmp_path))
+    assert first.rebuilt and not again.rebuilt and changed.rebuilt
+    assert again.path == first.path != changed.path
+    assert again.search(corpus[0]["title"]) == first.search(corpus[0]["title"])
+    assert "[New]" in changed.search("zebras") and again.search("zebras").startswith("Error: no results")
+
+
+def test_hotpotqa_paragraphs_are_pooled_and_deduplicated_by_title(monkeypatch):
+    rows = [{"question": "Q1?", "answer": "A1", "supporting_facts": {"title": ["T1", "T2", "T1"], "sent_id": [0, 0, 1]},
+             "context": {"title": ["T1", "T2"], "sentences": [["One. ", "More."], ["Two."]]}},
+            {"question": "Q2?", "answer": "A2", "supporting_facts": {"title": ["T3"], "sent_id": [0]},
+             "context": {"title": ["T2", "T3"], "sentences": [["Two again."], ["Three."]]}}]
+    monkeypatch.setattr(agent, "hotpotqa_split", lambda split: Dataset.from_list(rows))
+    corpus = agent.build_corpus()
+    assert sorted(p["title"] for p in corpus) == ["T1", "T2", "T3"]
+    assert {p["title"]: p["text"] for p in corpus}["T1"] == "One. More."
+    dataset = agent.build_dataset("train")
+    assert dataset[0]["supporting_titles"] == ["T1", "T2"] and dataset[0]["answer"] == "A1"
+
+
+@pytest.fixture(scope="module")
+def trained(kit, tmp_path_factory):
+    out = tmp_path_factory.mktemp("search_run")
+    trainer = agent.main(["--config", str(kit / "search_agent_grpo.yaml"), "--output_dir", str(out),
+                          "--max_steps", "2", "--save_steps", "2", "--eval_strategy", "no", "--log_completions"])
+    return trainer, out
+
+
+def test_grpo_steps_search_the_index_and_reuse_the_saved_one(trained):
+    trainer, _ = trained
+    assert not agent.INDEX.rebuilt, "offline.py built this index; the run must load it, not rebuild it"
+    logs = [log for log in trainer.state.log_history if "tools/call_frequency" in log]
+    assert len(logs) == 2 and all(log["tools/call_frequency"] > 0 for log in logs)
+
+
+def test_the_tool_results_the_model_saw_came_from_the_index(trained):
+    _, out = trained
+    frame = pd.concat(pd.read_parquet(f) for f in sorted((out / "completions").glob("*.parquet")))
+    checked = 0
+    for completion in frame["completion"]:
+        messages = list(completion)
+        for call_message, result in zip(messages, messages[1:]):
+            if result["role"] != "tool" or call_message.get("tool_calls") is None:
+                continue
+            call = call_message["tool_calls"][0]["function"]
+            arguments = call["arguments"] if isinstance(call["arguments"], dict) else json.loads(call["arguments"])
+            tool = {"search": agent.INDEX.search, "read": agent.INDEX.read}[call["name"]]
+            assert result["content"] == tool(**{k: v for k, v in arguments.items() if v is not None})
+            checked += 1
+    assert checked > 0
+
+
+# ------------------------------------------------------------------------------------------------------ the rubric
+def total(completion, gold="Paris", titles=("Eiffel Tower",)) -> float:
+    return sum(w * (f(completions=[completion], answer=[gold], supporting_titles=[list(titles)])[0] or 0.0)
+               for f, w in zip(agent.REWARD_FUNCS, agent.REWARD_WEIGHTS))
+
+
+def searched(query, result):
+    call = {"type": "function", "function": {"name": "search", "arguments": {"query": query}}}
+    return [{"role": "assistant", "content": "", "tool_calls": [call]}, {"role": "tool", "name": "search", "content": result}]
+
+
+PASSAGE = "[Eiffel Tower] The Eiffel Tower is a wrought-iron lattice tower on the Champ de Mars in Paris, France."
+
+
+def test_answering_without_searching_or_pasting_a_passage_does_not_pay():
+    genuine = searched("Eiffel Tower", PASSAGE) + [{"role": "assistant", "content": "<answer>Paris</answer>"}]
+    from_memory = [{"role": "assistant", "content": "<answer>Paris</answer>"}]
+    failed_search = searched("zzz", "Error: no results for 'zzz'. Try other keywords.") + from_memory
+    pasted = searched("Eiffel Tower", PASSAGE) + [{"role": "assistant", "content": f"<answer>{PASSAGE}</answer>"}]
+    assert total(genuine) == pytest.approx(2.2)
+    for gamed in (from_memory, failed_search, pasted):
+        assert total(gamed) < 0.6 * total(genuine)
+
+
+def test_retrieval_recall_counts_the_gold_titles_the_tools_returned():
+    completion = searched("Eiffel Tower", PASSAGE) + [{"role": "assistant", "content": "<answer>Paris</answer>"}]
+    scores = rewards.retrieval_recall_reward([completion] * 3, supporting_titles=[["Eiffel Tower", "Paris"],
+                                                                                  ["Eiffel Tower"], []])
+    assert scores == [0.5, 1.0, None]
+
+
+def test_the_readme_shows_the_search_rubric():
+    from conftest import ROOT
+
+    assert rewards.rubric_table(agent.REWARD_FUNCS, agent.REWARD_WEIGHTS) in (ROOT / "README.md").read_text()
