@@ -582,6 +582,18 @@ def _golds(gold) -> list[str]:
     return [str(g) for g in gold] if isinstance(gold, (list, tuple)) else [str(gold)]
 
 
+def answer_anywhere(text: str, gold) -> bool:
+    """Lenient correctness for evaluation: the gold answer appears anywhere in text, as one of its numbers or as
+    normalised words. Not a reward (listing guesses would pass); it tells format problems from skill problems."""
+    if gold is None or not isinstance(text, str):
+        return False
+    golds = _golds(gold)
+    numbers = [parse_number(token) for token in _number_tokens(text)]
+    return any(numbers_value is not None and gold_value is not None and math.isclose(numbers_value, gold_value)
+               for gold_value in map(parse_plain_value, golds) for numbers_value in numbers) or any(
+        normalize_answer(g) and f" {normalize_answer(g)} " in f" {normalize_answer(text)} " for g in golds)
+
+
 def answer_format_reward(completions, answer_tag="answer", reasoning_tag="reasoning", **kwargs) -> list[float]:
     """1.0 when the final message holds exactly one non-empty answer block, else 0.0.
 

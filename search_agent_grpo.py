@@ -134,7 +134,13 @@ class SearchIndex:
         return f"[{passage['title']}] {text[:self.passage_chars]}{cut}"
 
 
-INDEX: SearchIndex | None = None  # set in main() (or by tests) before the tools run
+INDEX: SearchIndex | None = None  # set by load_index() before the tools run
+
+
+def load_index(corpus_path=None, index_dir="runs/bm25_index", top_k=3, snippet_chars=200, passage_chars=1500):
+    """Point the tools at the corpus (building or reloading its index); evaluate.py calls this too."""
+    global INDEX
+    INDEX = SearchIndex(build_corpus(corpus_path), index_dir, top_k, snippet_chars, passage_chars)
 
 
 def search(query: str) -> str:
@@ -169,14 +175,13 @@ REWARD_FUNCS, REWARD_WEIGHTS = rewards.combine({
 
 # ----------------------------------------------------------------------------------------------------------- trainer
 def main(argv: list[str] | None = None) -> GRPOTrainer:
-    global INDEX
     parser = TrlParser((ScriptArguments, RecipeGRPOConfig, ModelConfig))
     parser.set_defaults_with_config(**RECIPE_DEFAULTS, reward_weights=REWARD_WEIGHTS, model_name_or_path=MODEL_NAME)
     script_args, training_args, model_args = parser.parse_args_and_config(argv)
     tokenizer = prepare(training_args, model_args, REWARD_FUNCS)
     check_tool_template(tokenizer, model_args.model_name_or_path)
-    INDEX = SearchIndex(build_corpus(script_args.corpus_path), script_args.index_dir, script_args.search_top_k,
-                        script_args.snippet_chars, script_args.passage_chars)
+    load_index(script_args.corpus_path, script_args.index_dir, script_args.search_top_k, script_args.snippet_chars,
+               script_args.passage_chars)
     train_dataset, eval_dataset = load_splits(build_dataset, script_args, training_args)
     return train(model_args, training_args, tokenizer, train_dataset, eval_dataset, REWARD_FUNCS, tools=TOOLS)
 

@@ -1,0 +1,205 @@
+"""Check a recipe's environment and rubric against any OpenAI-compatible model before paying for training.
+
+    python evaluate.py gsm8k_grpo --base_url http://localhost:8000/v1 --model Qwen/Qwen2.5-1.5B-Instruct -n 100 -r 4
+    python evaluate.py tool_use_grpo --base_url https://api.example.com/v1 --model some-model --out rollouts.jsonl
+
+The server can be a hosted API, `vllm serve <model>`, or `transformers serve <model>`, including a checkpoint you just
+trained (the before/after loop). The recipe module (`gsm8k_grpo`, `tool_use_grpo`, `search_agent_grpo` or your fork)
+supplies everything: `build_dataset`, `SYSTEM_PROMPT` (inside its prompts), `TOOLS`, `REWARD_FUNCS`, `REWARD_WEIGHTS`.
+Tool calls go through the OpenAI tools API with the schemas TRL builds from the same functions, and run locally in
+the recipe's own tools (the sandbox, the search index), up to the recipe's `max_tool_calling_iterations`.
+
+Prints each reward's mean/std and the weighted total, strict accuracy (the recipe's first reward at full marks: right
+AND in the recipe's format) beside lenient accuracy (the gold answer anywhere in the final message) so format
+problems are told apart from skill problems, pass@1 and pass@r, turns, tool calls and tokens, and a few rollouts;
+writes every conversation with its scores to --out (the input of `sft_warmstart.py --source rollouts`).
+"""
+
+import argparse
+import importlib
+import json
+import math
+import os
+import statistics
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from openai import APIConnectionError, OpenAI
+from tqdm import tqdm
+from transformers.utils import get_json_schema
+
+import rewards
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("recipe", help="recipe module: gsm8k_grpo, tool_use_grpo, search_agent_grpo, or a fork's path")
+    parser.add_argument("--base_url", required=True, help="OpenAI-compatible endpoint, e.g. http://localhost:8000/v1")
+    parser.add_argument("--model", required=True, help="model name the server knows")
+    parser.add_argument("--api_key", default=None, help="default: OPENAI_API_KEY, or 'none' for local servers")
+    parser.add_argument("-n", "--num_examples", type=int, default=50, help="examples from the split")
+    parser.add_argument("-r", "--rollouts", type=int, default=1, help="rollouts per example (for pass@r)")
+    parser.add_argument("--split", default="test")
+    parser.add_argument("--dataset_path", default=None, help="local data, as the recipe's --dataset_path")
+    parser.add_argument("--corpus_path", default=None, help="search recipe: as its --corpus_path")
+    parser.add_argument("--index_dir", default="runs/bm25_index", help="search recipe: as its --index_dir")
+    parser.add_argument("--concurrency", type=int, default=32, help="requests in flight")
+    parser.add_argument("--max_tokens", type=int, default=1024, help="tokens per model turn")
+    parser.add_argument("--temperature", type=float, default=1.0)
+    parser.add_argument("--max_turns", type=int, default=None, help="default: the recipe's max_tool_calling_iterations")
+    parser.add_argument("--timeout", type=float, default=120.0, help="seconds per request")
+    parser.add_argument("--out", default="results.jsonl", help="JSONL of every rollout")
+    parser.add_argument("--show", type=int, default=2, help="rollouts to print")
+    return parser.parse_args(argv)
+
+
+def load_recipe(name: str):
+    if name.endswith(".py"):
+        sys.path.insert(0, str(Path(name).resolve().parent))
+        name = Path(name).stem
+    return importlib.import_module(name)
+
+
+def run_tool(tools: dict, call) -> str:
+    """Run one tool call locally; bad names or arguments become an error result, as in training."""
+    try:
+        arguments = json.loads(call.function.arguments or "{}")
+        return str(tools[call.function.name](**arguments))
+    except Exception as err:  # noqa: BLE001 - the model's mistake is the tool's answer
+        return f"Error: {type(err).__name__}: {err}"
+
+
+def rollout(client, args, recipe, example: dict, max_turns: int) -> dict:
+    """One conversation: the model's turns and, for tool recipes, the tools' results, until it stops calling them."""
+    tools = {f.__name__: f for f in getattr(recipe, "TOOLS", [])}
+    schemas = [get_json_schema(f) for f in tools.values()] or None
+    messages, completion, usage = list(example["prompt"]), [], {"prompt_tokens": 0, "completion_tokens": 0}
+    try:
+        for _ in range(max_turns + 1):
+            response = client.chat.completions.create(model=args.model, messages=messages + completion, tools=schemas,
+                                                      max_tokens=args.max_tokens, temperature=args.temperature)
+            usage["prompt_tokens"] += response.usage.prompt_tokens if response.usage else 0
+            usage["completion_tokens"] += response.usage.completion_tokens if response.usage else 0
+            message = response.choices[0].message
+            calls = (message.tool_calls or []) if tools else []
+            turn = {"role": "assistant", "content": message.content or ""}
+            if calls:
+                turn["tool_calls"] = [{"id": c.id, "type": "function", "function": {
+                    "name": c.function.name, "arguments": _json_or_text(c.function.arguments)}} for c in calls]
+            completion.append(turn)
+            if not calls or len([m for m in completion if m.get("tool_calls")]) > max_turns:
+                break
+            completion += [{"role": "tool", "tool_call_id": c.id, "name": c.function.name,
+                            "content": run_tool(tools, c)} for c in calls]
+        error = None
+    except Exception as err:  # noqa: BLE001 - counted and reported; one failed rollout never ends the run
+        error = f"{type(err).__name__}: {err}"
+    return {"prompt": messages, "completion": completion, "usage": usage, "error": error,
+            "tools": [get_json_schema(f) for f in tools.values()]}
+
+
+def _json_or_text(arguments: str):
+    try:
+        return json.loads(arguments)
+    except (TypeError, json.JSONDecodeError):
+        return arguments
+
+
+def score(recipe, rows: list[dict], examples: list[dict]) -> None:
+    """Add each reward, the weighted total, strict and lenient correctness to every rollout row."""
+    columns = {key: [ex[key] for ex in examples] for key in examples[0] if key != "prompt"}
+    completions = [row["completion"] for row in rows]
+    kwargs = {**columns, "prompts": [row["prompt"] for row in rows],
+              "completion_ids": [[0] * row["usage"]["completion_tokens"] for row in rows]}
+    for func in recipe.REWARD_FUNCS:
+        for row, value in zip(rows, func(completions=completions, **kwargs), strict=True):
+            row.setdefault("scores", {})[rewards.reward_name(func)] = value
+    first = rewards.reward_name(recipe.REWARD_FUNCS[0])
+    for row, example in zip(rows, examples, strict=True):
+        row["total"] = sum(w * (row["scores"][rewards.reward_name(f)] or 0.0)
+                           for f, w in zip(recipe.REWARD_FUNCS, recipe.REWARD_WEIGHTS, strict=True))
+        row["strict"] = (row["scores"][first] or 0.0) >= 1.0
+        row["lenient"] = rewards.answer_anywhere(rewards.completion_text(row["completion"]), example.get("answer"))
+
+
+def pass_at_k(n: int, correct: int, k: int) -> float:
+    """The unbiased pass@k estimate from n rollouts of which `correct` were right (Chen et al., 2021)."""
+    return 1.0 if n - correct < k else 1.0 - math.comb(n - correct, k) / math.comb(n, k)
+
+
+def summarize(recipe, rows: list[dict], rollouts: int) -> str:
+    ok = [row for row in rows if row["error"] is None]
+    lines = [f"{len(rows)} rollouts, {len(rows) - len(ok)} failed on API errors"]
+    for func, weight in zip(recipe.REWARD_FUNCS, recipe.REWARD_WEIGHTS, strict=True):
+        values = [row["scores"][rewards.reward_name(func)] for row in ok]
+        values = [v for v in values if v is not None]
+        spread = statistics.pstdev(values) if values else float("nan")
+        mean = statistics.mean(values) if values else float("nan")
+        lines.append(f"  {rewards.reward_name(func):<40} weight {weight:<5g} mean {mean:6.3f}  std {spread:6.3f}")
+    mean_of = lambda key: statistics.mean(float(row[key]) for row in ok) if ok else float("nan")  # noqa: E731
+    lines.append(f"  {'weighted total':<40} {'':12} mean {mean_of('total'):6.3f}")
+    lines.append(f"strict accuracy {mean_of('strict'):.1%} (right, in the recipe's format)   "
+                 f"lenient accuracy {mean_of('lenient'):.1%} (gold answer anywhere in the final message)")
+    by_example = {}
+    for row in ok:
+        by_example.setdefault(row["example"], []).append(row["strict"])
+    for k in sorted({1, rollouts}):
+        estimate = statistics.mean(pass_at_k(len(v), sum(v), k) for v in by_example.values()) if by_example else 0.0
+        lines.append(f"pass@{k} {estimate:.1%}")
+    turns = [sum(m["role"] == "assistant" for m in row["completion"]) for row in ok]
+    calls = [sum(len(m.get("tool_calls") or []) for m in row["completion"]) for row in ok]
+    tokens = [row["usage"]["completion_tokens"] for row in ok]
+    if ok:
+        lines.append(f"mean turns {statistics.mean(turns):.2f}   tool calls {statistics.mean(calls):.2f}   "
+                     f"completion tokens {statistics.mean(tokens):.0f}")
+    return "\n".join(lines)
+
+
+def show(row: dict) -> str:
+    parts = [f"--- example {row['example']}, rollout {row['rollout']}, total {row['total']:.2f}"]
+    for message in row["completion"]:
+        text = message.get("content") or ""
+        if message.get("tool_calls"):
+            text += " ".join(f"[calls {c['function']['name']}({json.dumps(c['function']['arguments'])})]"
+                             for c in message["tool_calls"])
+        parts.append(f"{message['role'].upper():>9}: {text[:600]}")
+    return "\n".join(parts)
+
+
+def main(argv=None) -> list[dict]:
+    args = parse_args(argv)
+    recipe = load_recipe(args.recipe)
+    if hasattr(recipe, "load_index"):
+        recipe.load_index(args.corpus_path, args.index_dir)
+    api_key = args.api_key or os.environ.get("OPENAI_API_KEY") or "none"  # local servers take any key
+    client = OpenAI(base_url=args.base_url, api_key=api_key, timeout=args.timeout, max_retries=3)
+    try:
+        client.models.list()
+    except APIConnectionError:
+        sys.exit(f"cannot reach {args.base_url}: start a server (e.g. `transformers serve {args.model}` or "
+                 f"`vllm serve {args.model}`) or fix --base_url.")
+    dataset = recipe.build_dataset(args.split, args.dataset_path)
+    examples = [dataset[i] for i in range(min(args.num_examples, len(dataset)))]
+    max_turns = args.max_turns
+    if max_turns is None:  # the recipe's own bound on tool-calling rounds; none without tools
+        has_tools = bool(getattr(recipe, "TOOLS", None))
+        max_turns = recipe.RECIPE_DEFAULTS.get("max_tool_calling_iterations", 0) if has_tools else 0
+    jobs = [(i, r) for i in range(len(examples)) for r in range(args.rollouts)]
+    with ThreadPoolExecutor(args.concurrency) as pool:
+        futures = [pool.submit(rollout, client, args, recipe, examples[i], max_turns) for i, _ in jobs]
+        rows = [f.result() for f in tqdm(futures, desc=f"{args.recipe} rollouts", unit="rollout")]
+    for row, (i, r) in zip(rows, jobs, strict=True):
+        row.update(example=i, rollout=r, answer=examples[i].get("answer"))
+    score(recipe, rows, [examples[i] for i, _ in jobs])
+    print(summarize(recipe, rows, args.rollouts))
+    for row in rows[: args.show]:
+        print(show(row))
+    with open(args.out, "w") as f:
+        f.writelines(json.dumps(row, default=str) + "\n" for row in rows)
+    print(f"wrote {len(rows)} rollouts to {args.out}")
+    return rows
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,93 @@
+"""evaluate.py against a real OpenAI-compatible server: `transformers serve` with the tiny local model, started here."""
+
+import json
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+from openai import OpenAI
+
+import evaluate
+from conftest import ROOT
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server(kit):
+    """`transformers serve <tiny tool-calling model>` on a free localhost port, stopped after the module."""
+    model, port = str(kit / "tiny-qwen2-tools"), free_port()
+    process = subprocess.Popen([sys.executable, "-m", "transformers.cli.transformers", "serve", model, "--device", "cpu",
+                                "--host", "127.0.0.1", "--port", str(port)], stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL, env={**__import__("os").environ, "OMP_NUM_THREADS": "1"})
+    base_url = f"http://127.0.0.1:{port}/v1"
+    client = OpenAI(base_url=base_url, api_key="none", max_retries=0, timeout=5)
+    for _ in range(120):
+        try:
+            client.models.list()
+            break
+        except Exception:  # noqa: BLE001 - still starting
+            assert process.poll() is None, "transformers serve exited"
+            time.sleep(0.5)
+    yield base_url, model
+    process.terminate()
+    process.wait(timeout=30)
+
+
+def run(args, tmp_path, capsys):
+    out = tmp_path / "rollouts.jsonl"
+    rows = evaluate.main([*args, "--out", str(out)])
+    return rows, [json.loads(line) for line in out.read_text().splitlines()], capsys.readouterr().out
+
+
+def test_a_single_turn_recipe_is_scored_with_its_own_rubric(server, kit, tmp_path, capsys):
+    base_url, model = server
+    rows, saved, printed = run(["gsm8k_grpo", "--base_url", base_url, "--model", model, "-n", "3", "-r", "2",
+                                "--dataset_path", str(kit / "gsm8k_toy"), "--max_tokens", "24", "--concurrency", "2"],
+                               tmp_path, capsys)
+    assert len(saved) == 6 and [(r["example"], r["rollout"]) for r in saved] == [(i, j) for i in range(3) for j in range(2)]
+    assert set(saved[0]["scores"]) == {"correctness_reward", "integer_answer_reward", "strict_format_reward",
+                                       "soft_format_reward", "xml_tag_count_reward"}
+    assert all(r["completion"][0]["role"] == "assistant" and r["usage"]["completion_tokens"] > 0 for r in saved
+               if r["error"] is None)
+    for line in ("strict accuracy", "lenient accuracy", "pass@1", "pass@2", "correctness_reward", "weighted total"):
+        assert line in printed
+
+
+def test_a_tool_recipe_runs_its_tools_locally_between_turns(server, kit, tmp_path, capsys):
+    base_url, model = server
+    rows, saved, printed = run(["tool_use_grpo", "--base_url", base_url, "--model", model, "-n", "4",
+                                "--dataset_path", str(kit / "gsm8k_toy"), "--max_tokens", "48", "--temperature", "0",
+                                "--max_turns", "1"], tmp_path, capsys)
+    tool_results = [(m_call, m_result) for r in saved for m_call, m_result in zip(r["completion"], r["completion"][1:])
+                    if m_result["role"] == "tool"]
+    assert tool_results, "the model made no tool call through the OpenAI tools API"
+    from sandbox import Sandbox
+
+    fresh = Sandbox()
+    for call_message, result in tool_results:
+        code = call_message["tool_calls"][0]["function"]["arguments"]["code"]
+        assert result["content"] == fresh.run(code)
+    fresh.close()
+    assert saved[0]["tools"][0]["function"]["name"] == "python"  # the schemas, for SFT on these rollouts
+    assert "tool calls" in printed
+
+
+def test_an_unreachable_server_gets_one_clear_message(tmp_path):
+    proc = subprocess.run([sys.executable, str(ROOT / "evaluate.py"), "gsm8k_grpo", "--base_url",
+                           f"http://127.0.0.1:{free_port()}/v1", "--model", "m", "--out", str(tmp_path / "x.jsonl")],
+                          capture_output=True, text=True, timeout=120, cwd=ROOT, check=False)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines()[-1].startswith("cannot reach http://127.0.0.1:")
+
+
+def test_pass_at_k_is_the_unbiased_estimate():
+    assert evaluate.pass_at_k(4, 0, 1) == 0.0 and evaluate.pass_at_k(4, 4, 1) == 1.0
+    assert evaluate.pass_at_k(4, 1, 1) == pytest.approx(0.25) and evaluate.pass_at_k(4, 1, 4) == 1.0
+    assert evaluate.pass_at_k(4, 2, 2) == pytest.approx(1 - 1 / 6)
