@@ -69,10 +69,7 @@ class RecipeGRPOConfig(GRPOConfig):
                                   "Default: on when vLLM is installed and a CUDA GPU is present, off otherwise."})
 
     def __post_init__(self):
-        cuda = torch.cuda.is_available() and not self.use_cpu
-        if self.bf16 is None and not self.fp16:  # bf16 where the GPU has it, fp16 otherwise (T4), fp32 on CPU
-            self.bf16 = cuda and torch.cuda.is_bf16_supported()
-            self.fp16 = cuda and not self.bf16
+        cuda = default_precision(self)
         vllm_installed = importlib.util.find_spec("vllm") is not None
         if self.use_vllm is None:
             self.use_vllm = cuda and vllm_installed
@@ -82,6 +79,15 @@ class RecipeGRPOConfig(GRPOConfig):
             sys.exit("--use_vllm needs a CUDA GPU; drop --use_vllm to generate with transformers.")
         check_batch_divisibility(self)
         super().__post_init__()
+
+
+def default_precision(args) -> bool:
+    """Unless the user chose: bf16 where the GPU has it, fp16 otherwise (T4), fp32 on CPU. Returns: training on CUDA?"""
+    cuda = torch.cuda.is_available() and not args.use_cpu
+    if args.bf16 is None and not args.fp16:
+        args.bf16 = cuda and torch.cuda.is_bf16_supported()
+        args.fp16 = cuda and not args.bf16
+    return cuda
 
 
 def check_batch_divisibility(args: GRPOConfig) -> None:

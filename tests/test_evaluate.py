@@ -91,3 +91,23 @@ def test_pass_at_k_is_the_unbiased_estimate():
     assert evaluate.pass_at_k(4, 0, 1) == 0.0 and evaluate.pass_at_k(4, 4, 1) == 1.0
     assert evaluate.pass_at_k(4, 1, 1) == pytest.approx(0.25) and evaluate.pass_at_k(4, 1, 4) == 1.0
     assert evaluate.pass_at_k(4, 2, 2) == pytest.approx(1 - 1 / 6)
+
+
+def test_evaluate_then_rejection_sampling_then_sft_then_grpo(server, kit, tmp_path, capsys):
+    """The workflow: score rollouts with an API model, keep the good ones, SFT on them, start RL from the result."""
+    import sft_warmstart
+    import tool_use_grpo
+
+    base_url, model = server
+    _, saved, _ = run(["tool_use_grpo", "--base_url", base_url, "--model", model, "-n", "6", "-r", "2",
+                       "--dataset_path", str(kit / "gsm8k_toy"), "--max_tokens", "48", "--max_turns", "1"],
+                      tmp_path, capsys)
+    kept = sft_warmstart.rollout_conversations(str(tmp_path / "rollouts.jsonl"), min_reward=0.5, best_of=1)
+    assert kept and all(any(m.get("tool_calls") for m in c["messages"]) for c in kept)  # tool use paid 0.5
+    sft = sft_warmstart.main(["--recipe", "tool_use_grpo", "--source", "rollouts", "--rollouts",
+                              str(tmp_path / "rollouts.jsonl"), "--min_reward", "0.5", "--model_name_or_path", model,
+                              "--output_dir", str(tmp_path / "sft"), "--max_steps", "2", "--use_cpu",
+                              "--activation_checkpointing", "false"])
+    trainer = tool_use_grpo.main(["--config", str(kit / "tool_use_grpo.yaml"), "--model_name_or_path", str(sft),
+                                  "--max_steps", "1", "--eval_strategy", "no", "--output_dir", str(tmp_path / "grpo")])
+    assert trainer.state.global_step == 1

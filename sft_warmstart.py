@@ -1,0 +1,146 @@
+"""SFT warm start: teach a small model a recipe's format before RL, from gold solutions or filtered rollouts.
+
+Gold solutions in the recipe's format (GSM8K's worked solutions -> <reasoning>/<answer>, calculator notes removed):
+    python sft_warmstart.py --recipe gsm8k_grpo --source gold
+Rejection sampling on evaluate.py rollouts (best-of-k per prompt above a reward threshold, tool conversations kept):
+    python evaluate.py tool_use_grpo --base_url ... --model ... -r 8 --out tools.jsonl
+    python sft_warmstart.py --recipe tool_use_grpo --source rollouts --rollouts tools.jsonl --min_reward 2.0
+Then RL from the result (the output directory is a model directory):
+    python gsm8k_grpo.py --model_name_or_path runs/sft_warmstart
+
+TRL's SFTTrainer with the loss on assistant turns only (tool results and prompts are never trained on); every
+SFTConfig and ModelConfig field is a flag or a YAML key; --use_peft trains LoRA, --merge_lora saves a merged model.
+"""
+
+import importlib
+import json
+import logging
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from datasets import Dataset, Features, Json, List, Value
+from transformers import AutoModelForCausalLM, AutoTokenizer
+from trl import ModelConfig, SFTConfig, SFTTrainer, TrlParser, get_peft_config
+
+import rewards
+from gsm8k_grpo import arg, default_precision, load_split, logger
+
+# ------------------------------------------------------------------------------------------------------------ config
+RECIPE_DEFAULTS = {
+    "output_dir": "runs/sft_warmstart",
+    "learning_rate": 1e-5, "lr_scheduler_type": "cosine", "warmup_ratio": 0.03,
+    "num_train_epochs": 1, "per_device_train_batch_size": 8, "gradient_accumulation_steps": 2,
+    "assistant_only_loss": True,  # train on what the model should write, never on prompts or tool results
+    "activation_checkpointing": True, "logging_steps": 10, "save_strategy": "no", "report_to": "none",
+    "model_name_or_path": "Qwen/Qwen2.5-0.5B-Instruct",
+}
+
+
+@dataclass
+class ScriptArguments:
+    recipe: str = arg("gsm8k_grpo", "The recipe to warm up for: its prompts, format and tools.")
+    source: str = arg("gold", "gold: the dataset's solutions in the recipe's format; rollouts: an evaluate.py JSONL.")
+    rollouts: str | None = arg(None, "evaluate.py --out file, for --source rollouts.")
+    min_reward: float = arg(0.0, "Keep rollouts whose weighted total is at least this (and above 0).")
+    best_of: int = arg(1, "Keep at most this many of the best rollouts per prompt.")
+    dataset_path: str | None = arg(None, "For --source gold: local data, as the recipe's --dataset_path.")
+    split: str = arg("train", "For --source gold: the split whose solutions to imitate.")
+    merge_lora: bool = arg(False, "With --use_peft: merge the adapter into the model when saving.")
+
+
+@dataclass
+class RecipeSFTConfig(SFTConfig):
+    """SFTConfig with the recipes' precision defaults: bf16 where the GPU has it, fp16 otherwise, fp32 on CPU."""
+
+    def __post_init__(self):
+        default_precision(self)
+        super().__post_init__()
+
+
+# -------------------------------------------------------------------------------------------------------------- data
+# Tool-call arguments differ between tools ({"code"} vs {"query"}): as Json they are not merged into one struct.
+MESSAGES = Features({"messages": List({"role": Value("string"), "content": Value("string"), "name": Value("string"),
+                                       "tool_calls": List({"type": Value("string"), "function": {
+                                           "name": Value("string"), "arguments": Json()}})}),
+                     "tools": Value("string")})
+
+
+def gold_conversations(recipe, split: str, dataset_path: str | None) -> list[dict]:
+    """GSM8K-form solutions rewritten as the recipe's <reasoning>/<answer> completions (gsm8k_grpo's format)."""
+    if "<reasoning>" not in getattr(recipe, "SYSTEM_PROMPT", ""):
+        sys.exit(f"{recipe.__name__} does not use the <reasoning>/<answer> format, so there are no gold solutions in "
+                 "it: use --source rollouts with an evaluate.py JSONL.")
+    prompts = recipe.build_dataset(split, dataset_path)["prompt"]
+    conversations = []
+    for prompt, solution in zip(prompts, load_split(split, dataset_path)["answer"], strict=True):
+        reasoning = re.sub(r"<<[^>]*>>", "", solution.split("####")[0]).strip()
+        answer = f"<reasoning>\n{reasoning}\n</reasoning>\n<answer>\n{rewards.extract_hash_answer(solution)}\n</answer>"
+        conversations.append({"messages": prompt + [{"role": "assistant", "content": answer}], "tools": None})
+    return conversations
+
+
+def rollout_conversations(path: str, min_reward: float, best_of: int) -> list[dict]:
+    """Rejection sampling: per prompt, the best `best_of` distinct rollouts whose total reaches min_reward."""
+    by_prompt = {}
+    for line in Path(path).read_text().splitlines():
+        row = json.loads(line)
+        if row.get("error") is None and row["total"] >= min_reward and row["total"] > 0:
+            by_prompt.setdefault(json.dumps(row["prompt"]), []).append(row)
+    conversations = []
+    for rows in by_prompt.values():
+        seen = set()
+        for row in sorted(rows, key=lambda r: -r["total"]):
+            key = json.dumps(row["completion"], sort_keys=True)
+            if key in seen or len(seen) == best_of:
+                continue
+            seen.add(key)
+            messages = [_message(m) for m in row["prompt"] + row["completion"]]
+            tools = json.dumps(row["tools"]) if row.get("tools") else None
+            conversations.append({"messages": messages, "tools": tools})
+    return conversations
+
+
+def _message(message: dict) -> dict:
+    """A chat message with exactly the fields of MESSAGES (evaluate.py's tool calls also carry OpenAI ids)."""
+    calls = [{"type": "function", "function": c["function"]} for c in message.get("tool_calls") or []]
+    return {"role": message["role"], "content": message.get("content"), "name": message.get("name"),
+            "tool_calls": calls or None}
+
+
+# ----------------------------------------------------------------------------------------------------------- trainer
+def main(argv: list[str] | None = None) -> Path:
+    parser = TrlParser((ScriptArguments, RecipeSFTConfig, ModelConfig))
+    parser.set_defaults_with_config(**RECIPE_DEFAULTS)
+    script_args, training_args, model_args = parser.parse_args_and_config(argv)
+    logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
+    recipe = importlib.import_module(script_args.recipe)
+    if script_args.source == "gold":
+        conversations = gold_conversations(recipe, script_args.split, script_args.dataset_path)
+    elif script_args.source == "rollouts" and script_args.rollouts:
+        conversations = rollout_conversations(script_args.rollouts, script_args.min_reward, script_args.best_of)
+    else:
+        sys.exit("--source is gold, or rollouts with --rollouts results.jsonl (from evaluate.py).")
+    if not conversations:
+        sys.exit(f"no conversation passed the filter (--min_reward {script_args.min_reward}): lower it, or evaluate "
+                 "more rollouts.")
+    logger.info(f"SFT on {len(conversations)} conversations from {script_args.source}")
+    dataset = Dataset.from_list(conversations, features=MESSAGES)
+    tokenizer = AutoTokenizer.from_pretrained(model_args.model_name_or_path)
+    model = AutoModelForCausalLM.from_pretrained(model_args.model_name_or_path, dtype=model_args.dtype)
+    trainer = SFTTrainer(model=model, args=training_args, train_dataset=dataset, processing_class=tokenizer,
+                         peft_config=get_peft_config(model_args))
+    trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+    output = Path(training_args.output_dir)
+    if model_args.use_peft and script_args.merge_lora:
+        trainer.model.merge_and_unload().save_pretrained(output)
+    else:
+        trainer.save_model(str(output))
+    tokenizer.save_pretrained(output)  # with its chat template: the directory is a --model_name_or_path
+    logger.info(f"saved the warm-started model to {output}")
+    return output
+
+
+if __name__ == "__main__":
+    main()

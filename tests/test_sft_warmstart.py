@@ -1,0 +1,60 @@
+"""sft_warmstart.py: gold solutions in the recipe's format, rejection-sampled rollouts, and a model RL can start from."""
+
+import json
+
+import pytest
+from transformers import AutoModelForCausalLM
+
+import gsm8k_grpo
+import sft_warmstart
+import tool_use_grpo
+
+FAST = ["--use_cpu", "--activation_checkpointing", "false", "--learning_rate", "1e-3", "--logging_steps", "1"]
+
+
+def test_gold_solutions_are_rewritten_in_the_recipe_format_and_earn_full_marks(kit):
+    conversations = sft_warmstart.gold_conversations(gsm8k_grpo, "train", str(kit / "gsm8k_toy"))
+    assert len(conversations) == 48
+    completions = [c["messages"][-1:] for c in conversations]
+    answers = gsm8k_grpo.build_dataset("train", str(kit / "gsm8k_toy"))["answer"]
+    for func, weight in zip(gsm8k_grpo.REWARD_FUNCS, gsm8k_grpo.REWARD_WEIGHTS):
+        assert func(completions=completions, answer=answers) == [1.0] * 48, func.__name__
+    assert all("<<" not in c["messages"][-1]["content"] for c in conversations)  # calculator notes removed
+    assert conversations[0]["messages"][0]["content"] == gsm8k_grpo.SYSTEM_PROMPT
+
+
+def test_gold_needs_a_recipe_in_the_reasoning_answer_format(kit):
+    with pytest.raises(SystemExit, match="use --source rollouts"):
+        sft_warmstart.gold_conversations(tool_use_grpo, "train", str(kit / "gsm8k_toy"))
+
+
+def test_rejection_sampling_keeps_the_best_distinct_rollouts_per_prompt(tmp_path):
+    def row(prompt, text, total, error=None):
+        return {"prompt": [{"role": "user", "content": prompt}], "completion": [{"role": "assistant", "content": text}],
+                "total": total, "error": error, "tools": []}
+
+    rows = [row("a", "best", 3.0), row("a", "best", 3.0), row("a", "second", 2.5), row("a", "third", 2.2),
+            row("a", "too low", 0.5), row("b", "failed", 3.0, error="APIError"), row("c", "zero", 0.0)]
+    path = tmp_path / "rollouts.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    kept = sft_warmstart.rollout_conversations(str(path), min_reward=2.0, best_of=2)
+    assert [c["messages"][-1]["content"] for c in kept] == ["best", "second"]
+    assert sft_warmstart.rollout_conversations(str(path), min_reward=0.0, best_of=10)[-1]["messages"][-1]["content"] \
+        == "too low"  # zero-reward and failed rollouts are never kept
+
+
+def test_gold_sft_output_is_a_model_a_grpo_recipe_starts_from(kit, tmp_path):
+    out = sft_warmstart.main(["--recipe", "gsm8k_grpo", "--source", "gold", "--dataset_path", str(kit / "gsm8k_toy"),
+                              "--model_name_or_path", str(kit / "tiny-qwen2"), "--output_dir", str(tmp_path / "sft"),
+                              "--max_steps", "3", *FAST])
+    trainer = gsm8k_grpo.main(["--config", str(kit / "gsm8k_grpo.yaml"), "--model_name_or_path", str(out),
+                               "--max_steps", "1", "--eval_strategy", "no", "--output_dir", str(tmp_path / "grpo")])
+    assert trainer.state.global_step == 1 and (tmp_path / "grpo" / "model.safetensors").exists()
+
+
+def test_lora_is_merged_on_save_when_asked(kit, tmp_path):
+    out = sft_warmstart.main(["--recipe", "gsm8k_grpo", "--source", "gold", "--dataset_path", str(kit / "gsm8k_toy"),
+                              "--model_name_or_path", str(kit / "tiny-qwen2"), "--output_dir", str(tmp_path / "lora"),
+                              "--max_steps", "2", "--use_peft", "--merge_lora", *FAST])
+    assert not (out / "adapter_config.json").exists() and (out / "model.safetensors").exists()
+    assert AutoModelForCausalLM.from_pretrained(out).config.model_type == "qwen2"
