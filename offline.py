@@ -251,6 +251,12 @@ def main(argv: list[str] | None = None) -> None:
     config = {"model_name_or_path": str(model_dir), "dataset_path": str(data_dir),
               "output_dir": str(out / "runs" / "gsm8k_grpo"), **OFFLINE_GRPO_CONFIG}
     (out / "gsm8k_grpo.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    sft_config = {"recipe": "gsm8k_grpo", "source": "gold", "dataset_path": str(data_dir),
+                  "model_name_or_path": str(model_dir), "output_dir": str(out / "runs" / "sft_warmstart"),
+                  "use_cpu": True, "activation_checkpointing": False, "max_steps": 50, "learning_rate": 1e-3,
+                  "env": {"OMP_NUM_THREADS": "1"}}
+    (out / "sft_warmstart.yaml").write_text(yaml.safe_dump(sft_config, sort_keys=False))
+    written.append(out / "sft_warmstart.yaml")
     if args.tools:
         tools_dir = warm_start(model_dir, out / "tiny-qwen2-tools", conversations, tool_use_grpo.TOOLS,
                                steps=args.sft_steps, seed=args.seed)

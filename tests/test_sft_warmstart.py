@@ -44,9 +44,8 @@ def test_rejection_sampling_keeps_the_best_distinct_rollouts_per_prompt(tmp_path
 
 
 def test_gold_sft_output_is_a_model_a_grpo_recipe_starts_from(kit, tmp_path):
-    out = sft_warmstart.main(["--recipe", "gsm8k_grpo", "--source", "gold", "--dataset_path", str(kit / "gsm8k_toy"),
-                              "--model_name_or_path", str(kit / "tiny-qwen2"), "--output_dir", str(tmp_path / "sft"),
-                              "--max_steps", "3", *FAST])
+    out = sft_warmstart.main(["--config", str(kit / "sft_warmstart.yaml"), "--output_dir", str(tmp_path / "sft"),
+                              "--max_steps", "3"])
     trainer = gsm8k_grpo.main(["--config", str(kit / "gsm8k_grpo.yaml"), "--model_name_or_path", str(out),
                                "--max_steps", "1", "--eval_strategy", "no", "--output_dir", str(tmp_path / "grpo")])
     assert trainer.state.global_step == 1 and (tmp_path / "grpo" / "model.safetensors").exists()
