@@ -192,7 +192,10 @@ def check_model_options(training_args: GRPOConfig, model_args: ModelConfig, rewa
 
 def prepare(training_args: GRPOConfig, model_args: ModelConfig, reward_funcs: list):
     """Logging, the checks TRL would only fail on after loading the model, wandb, and the tokenizer."""
-    logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
+    rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+    logging.basicConfig(level=logging.INFO if rank == 0 else logging.WARNING, format="%(name)s: %(message)s")
+    if world > 1:  # one line per process, so a multi-GPU launch shows every rank came up
+        logger.warning(f"process {rank} of {world} ready")
     if "OMP_NUM_THREADS" in os.environ:  # torch read it at import, before a YAML `env:` block could set it
         torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
     check_model_options(training_args, model_args, reward_funcs)

@@ -193,3 +193,30 @@ def test_report_to_wandb_without_credentials_logs_offline_instead_of_prompting(k
                       "--eval_strategy", "no", env=env)
     assert "logging offline" in proc.stderr
     assert list((tmp_path / "wandb").glob("offline-run-*")), "no offline wandb run was written"
+
+
+def test_two_cpu_processes_under_accelerate_launch_train_together(kit, tmp_path):
+    """DDP on CPU (gloo): `accelerate launch --multi_gpu` starts the processes; `use_cpu` (in the offline config)
+    keeps them on the CPU. The batch check counts both processes: 2 per process × 2 = 4 = num_generations."""
+    out = tmp_path / "ddp"
+    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
+           "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", str(ROOT / "gsm8k_grpo.py"),
+           "--config", str(kit / "gsm8k_grpo.yaml"), "--output_dir", str(out), "--max_steps", "2", "--save_steps", "2",
+           "--per_device_train_batch_size", "2", "--eval_strategy", "no"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=kit, check=False)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert "process 0 of 2 ready" in proc.stderr and "process 1 of 2 ready" in proc.stderr
+    assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-2"]
+    state = json.loads((out / "checkpoint-2" / "trainer_state.json").read_text())
+    assert state["global_step"] == 2
+    assert proc.stderr.count("saved the trained model") == 1  # logged by rank 0 only
+
+
+def test_the_accelerate_configs_load_with_the_engine_they_name():
+    from accelerate.commands.config.config_args import load_config_from_file
+
+    engines = {name: load_config_from_file(str(ROOT / "accelerate" / f"{name}.yaml"))
+               for name in ("multi_gpu", "zero2", "zero3", "fsdp")}
+    assert {name: str(c.distributed_type).split(".")[-1] for name, c in engines.items()} == {
+        "multi_gpu": "MULTI_GPU", "zero2": "DEEPSPEED", "zero3": "DEEPSPEED", "fsdp": "FSDP"}
+    assert engines["zero2"].deepspeed_config["zero_stage"] == 2 and engines["zero3"].deepspeed_config["zero_stage"] == 3
