@@ -1,5 +1,6 @@
 """The benchmark scripts run and print their figures (their numbers are read by people, not asserted)."""
 
+import os
 import subprocess
 import sys
 
@@ -27,3 +28,19 @@ def test_bench_search_prints_bm25s_and_rank_bm25_figures():
                            "--queries", "20"], capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "bm25s index build" in proc.stdout and proc.stdout.count("queries/s") == 2
+
+
+def test_gpu_check_plumbing_runs_every_recipe_and_variant_on_cpu():
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_check.py"), "--cpu", "--shapes", "tiny",
+                           "--steps", "1", "--max_completion_length", "16"], capture_output=True, text=True,
+                          timeout=600, check=False, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    table = proc.stdout[proc.stdout.index("| recipe |"):].splitlines()
+    cells = [line for line in table if line.startswith("| ") and "| tiny |" in line]
+    assert len(cells) == 3 * 3 * 2  # recipes × variants × checkpointing
+    assert "failed" not in proc.stdout
+    assert sum("skipped: 4-bit needs CUDA" in line for line in cells) == 6
+    for line in cells:
+        if "skipped" not in line:
+            seconds, tokens = (float(x) for x in line.split("|")[5:7])
+            assert seconds > 0 and tokens > 0

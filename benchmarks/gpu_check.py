@@ -1,0 +1,118 @@
+"""What each recipe costs on a GPU: seconds/step, generated tokens/second and peak memory, with no network.
+
+    python benchmarks/gpu_check.py                   # on a CUDA machine: 0.5B and 1.5B shapes, bf16 (about 6 minutes)
+    python benchmarks/gpu_check.py --cpu --shapes tiny --steps 1     # the plumbing, on any CPU (what CI runs)
+
+Models are randomly initialised with the real shapes of Qwen2.5-0.5B and Qwen2.5-1.5B (configs below, nothing is
+downloaded) and use the offline kit's tiny tokenizer and toy data, so the figures measure the machine and the recipe,
+not the model's skill: a random model writes until max_completion_length and never calls a tool, so the tool recipes'
+figures are for generation and training without tool turns. Each recipe runs through its own main(): full fine-tune,
+LoRA and 4-bit QLoRA, with and without activation checkpointing. Prints a markdown table for the README.
+"""
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import torch  # noqa: E402
+from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM  # noqa: E402
+
+import offline  # noqa: E402
+
+SHAPES = {  # Qwen2.5 architectures, from their published configs
+    "0.5B": {"hidden_size": 896, "intermediate_size": 4864, "num_hidden_layers": 24, "num_attention_heads": 14,
+             "num_key_value_heads": 2, "vocab_size": 151936, "tie_word_embeddings": True},
+    "1.5B": {"hidden_size": 1536, "intermediate_size": 8960, "num_hidden_layers": 28, "num_attention_heads": 12,
+             "num_key_value_heads": 2, "vocab_size": 151936, "tie_word_embeddings": True},
+    "tiny": {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+             "num_key_value_heads": 2, "vocab_size": 2048, "tie_word_embeddings": True},
+}
+VARIANTS = {"full": [], "lora": ["--use_peft"], "qlora": ["--use_peft", "--load_in_4bit"]}
+
+
+def build_model(shape: str, kit: Path, out: Path) -> Path:
+    tokenizer = AutoTokenizer.from_pretrained(kit / "tiny-qwen2")
+    config = Qwen2Config(**SHAPES[shape], max_position_embeddings=32768, rope_theta=1_000_000.0,
+                         eos_token_id=tokenizer.convert_tokens_to_ids("<|im_end|>"), pad_token_id=tokenizer.pad_token_id)
+    Qwen2ForCausalLM(config).to(torch.bfloat16 if torch.cuda.is_available() else torch.float32).save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return out
+
+
+def recipe_argv(recipe: str, kit: Path) -> list[str]:
+    if recipe == "search_agent_grpo":
+        return ["--dataset_path", str(kit / "search_toy" / "questions"), "--corpus_path",
+                str(kit / "search_toy" / "corpus.jsonl"), "--index_dir", str(kit / "bm25_index")]
+    return ["--dataset_path", str(kit / "gsm8k_toy")]
+
+
+def run(recipe: str, model: Path, kit: Path, variant: str, checkpointing: bool, args, out: Path) -> dict:
+    import importlib
+
+    module = importlib.import_module(recipe)
+    argv = [*recipe_argv(recipe, kit), "--model_name_or_path", str(model), "--output_dir", str(out),
+            "--max_steps", str(args.steps), "--eval_strategy", "no", "--save_strategy", "no", "--report_to", "none",
+            "--num_generations", "8", "--per_device_train_batch_size", "8", "--gradient_accumulation_steps", "1",
+            "--max_completion_length", str(args.max_completion_length), "--logging_steps", "1",
+            "--activation_checkpointing", str(checkpointing).lower(), *VARIANTS[variant]]
+    if args.cpu:
+        argv += ["--use_cpu", "true"]
+    else:
+        argv += ["--dtype", "bfloat16"] if variant != "full" else []
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+    start = time.perf_counter()
+    trainer = module.main(argv)
+    seconds = time.perf_counter() - start
+    steps = [log for log in trainer.state.log_history if "step_time" in log]
+    step_time = sum(log["step_time"] for log in steps) / len(steps)
+    tokens = sum(log["completions/mean_length"] * 8 for log in steps) / sum(log["step_time"] for log in steps)
+    peak = torch.cuda.max_memory_allocated() / 2**30 if torch.cuda.is_available() and not args.cpu else float("nan")
+    del trainer
+    return {"s/step": step_time, "tokens/s": tokens, "peak GiB": peak, "wall s": seconds}
+
+
+def main(argv=None) -> list[str]:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--recipes", nargs="+", default=["gsm8k_grpo", "tool_use_grpo", "search_agent_grpo"])
+    parser.add_argument("--shapes", nargs="+", default=["0.5B", "1.5B"], choices=sorted(SHAPES))
+    parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
+    parser.add_argument("--steps", type=int, default=2)
+    parser.add_argument("--max_completion_length", type=int, default=256)
+    parser.add_argument("--cpu", action="store_true", help="run the plumbing on CPU (fp32); QLoRA is skipped")
+    args = parser.parse_args(argv)
+    if not args.cpu and not torch.cuda.is_available():
+        sys.exit("no CUDA GPU here: pass --cpu --shapes tiny to check the plumbing.")
+    work = Path(tempfile.mkdtemp(prefix="gpu-check-"))
+    offline.main(["--out_dir", str(work / "kit")])
+    device = "CPU" if args.cpu else torch.cuda.get_device_name()
+    rows = [f"{device}, {time.strftime('%Y-%m-%d')}: {args.steps} GRPO steps of 8 completions × "
+            f"{args.max_completion_length} tokens per cell", "",
+            "| recipe | shape | variant | activation ckpt | s/step | generated tokens/s | peak GPU GiB |",
+            "|---|---|---|---|---|---|---|"]
+    for shape in args.shapes:
+        model = build_model(shape, work / "kit", work / f"model-{shape}")
+        for recipe in args.recipes:
+            for variant in args.variants:
+                for checkpointing in (True, False):
+                    label = f"| {recipe} | {shape} | {variant} | {'on' if checkpointing else 'off'} |"
+                    if variant == "qlora" and args.cpu:
+                        rows.append(f"{label} skipped: 4-bit needs CUDA | | |")
+                        continue
+                    try:
+                        m = run(recipe, model, work / "kit", variant, checkpointing, args, work / "out")
+                        peak = "-" if args.cpu else f"{m['peak GiB']:.1f}"
+                        rows.append(f"{label} {m['s/step']:.2f} | {m['tokens/s']:.0f} | {peak} |")
+                    except (Exception, SystemExit) as err:  # noqa: BLE001 - one failed cell must not hide the rest
+                        rows.append(f"{label} failed: {str(err).splitlines()[0][:80]} | | |")
+                    print(rows[-1], flush=True)
+    print("\n".join(rows))
+    return rows
+
+
+if __name__ == "__main__":
+    main()
