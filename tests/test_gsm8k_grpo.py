@@ -220,3 +220,14 @@ def test_the_accelerate_configs_load_with_the_engine_they_name():
     assert {name: str(c.distributed_type).split(".")[-1] for name, c in engines.items()} == {
         "multi_gpu": "MULTI_GPU", "zero2": "DEEPSPEED", "zero3": "DEEPSPEED", "fsdp": "FSDP"}
     assert engines["zero2"].deepspeed_config["zero_stage"] == 2 and engines["zero3"].deepspeed_config["zero_stage"] == 3
+
+
+def test_every_recipe_reward_and_tool_pickles_for_trls_async_grpo_worker():
+    import pickle
+
+    import search_agent_grpo
+    import tool_use_grpo
+
+    for recipe in (gsm8k_grpo, tool_use_grpo, search_agent_grpo):
+        for func in recipe.REWARD_FUNCS + list(getattr(recipe, "TOOLS", [])):
+            assert pickle.loads(pickle.dumps(func)).__name__ == func.__name__
