@@ -1,15 +1,18 @@
-"""The offline kit: GSM8K-shaped toy problems and a tiny Qwen2 model built locally, no Hub needed.
+"""The offline kit: toy data and a tiny Qwen2 model built locally, so every recipe runs on a CPU with no Hub.
 
-    python offline.py                       # writes offline/ in ~5 s
+    python offline.py                    # ~8 s: toy data, the tiny model, gsm8k_grpo.yaml and sft_warmstart.yaml
+    python offline.py --tools --search   # + warm starts that call the tools (~30 s each) and their configs
     python gsm8k_grpo.py --config offline/gsm8k_grpo.yaml
 
-offline/gsm8k_toy/{train,test}.jsonl  toy word problems in GSM8K form (`question`, `answer` ending "#### n")
-offline/tiny-qwen2/                   a randomly initialised Qwen2ForCausalLM (~0.1M parameters) with a byte-level
-                                      BPE tokenizer trained on the toy text and TRL's bundled Qwen2.5 chat template
-offline/gsm8k_grpo.yaml               a `--config` for gsm8k_grpo.py that trains on the two above on CPU
+offline/gsm8k_toy/{train,test}.jsonl    toy word problems in GSM8K form (`question`, `answer` ending "#### n")
+offline/search_toy/                     a generated corpus (corpus.jsonl) and two-hop questions for the search agent
+offline/tiny-qwen2/                     a random Qwen2ForCausalLM (~0.17M parameters) with a byte-level BPE tokenizer
+                                        trained on the kit's text and TRL's bundled Qwen2.5 chat template
+offline/tiny-qwen2-{tools,search}/      the same model after a short SFT on tool-call conversations (--tools, --search)
+offline/<recipe>.yaml                   a `--config` for each recipe that trains on the above on CPU
 
-The model is untrained, so its completions are noise and its rewards near zero: the kit exercises every code path
-of a recipe (data, chat template, generation, rewards, GRPO loss, evaluation, checkpoints) fast, not learning.
+The base model is untrained, so its completions are noise and its rewards near zero: the kit exercises every code
+path of a recipe (data, chat template, generation, tools, rewards, GRPO loss, evaluation, checkpoints), not learning.
 """
 
 import argparse
