@@ -26,24 +26,17 @@ logger = logging.getLogger("grpo-recipes")
 # ------------------------------------------------------------------------------------------------------------ config
 MODEL_NAME = "Qwen/Qwen2.5-1.5B-Instruct"
 
-# The recipe's choices; every other GRPOConfig/ModelConfig field keeps TRL's default. YAML (--config) overrides these,
-# and the command line overrides both. Valid on ONE GPU: each generation round must hold whole groups of
-# num_generations completions (per_device_train_batch_size × GPUs × steps_per_generation % num_generations == 0).
+# The recipe's choices (other fields keep TRL's defaults); YAML overrides them, the command line overrides both. Valid
+# on ONE GPU: per_device_train_batch_size × GPUs × steps_per_generation must be a multiple of num_generations.
 RECIPE_DEFAULTS = dict(
     output_dir="runs/gsm8k_grpo",
-    learning_rate=5e-6,
-    adam_beta2=0.99,
-    weight_decay=0.1,
-    warmup_ratio=0.1,
-    lr_scheduler_type="cosine",
-    max_grad_norm=0.1,
+    learning_rate=5e-6, adam_beta2=0.99, weight_decay=0.1,
+    warmup_ratio=0.1, lr_scheduler_type="cosine", max_grad_norm=0.1,
     activation_checkpointing=True,  # a.k.a. gradient_checkpointing: trades ~20% speed for memory
     num_generations=8,  # completions per prompt; GRPO's advantage is each one's reward relative to its group
-    per_device_train_batch_size=8,
+    per_device_train_batch_size=8, max_completion_length=512,
     gradient_accumulation_steps=4,  # 32 completions (4 prompts × 8) per optimizer step
-    max_completion_length=512,
-    num_train_epochs=1, logging_steps=1,
-    save_steps=100, save_total_limit=3,
+    num_train_epochs=1, logging_steps=1, save_steps=100, save_total_limit=3,
     eval_strategy="steps", eval_steps=100, per_device_eval_batch_size=16, num_generations_eval=4,
     vllm_gpu_memory_utilization=0.3,  # colocate mode (TRL's default): vLLM shares the GPU with training
     num_completions_to_print=2,  # used with --log_completions
@@ -108,8 +101,7 @@ def check_batch_divisibility(args: GRPOConfig) -> None:
 
 
 def parse_args(argv: list[str] | None = None) -> tuple[ScriptArguments, RecipeGRPOConfig, ModelConfig]:
-    """CLI and `--config file.yaml` over RECIPE_DEFAULTS, the TRL example scripts' way."""
-    parser = TrlParser((ScriptArguments, RecipeGRPOConfig, ModelConfig))
+    parser = TrlParser((ScriptArguments, RecipeGRPOConfig, ModelConfig))  # CLI over --config YAML over RECIPE_DEFAULTS
     parser.set_defaults_with_config(**RECIPE_DEFAULTS, reward_weights=REWARD_WEIGHTS, model_name_or_path=MODEL_NAME)
     return parser.parse_args_and_config(argv)
 
@@ -128,17 +120,13 @@ def load_split(split: str, dataset_path: str | None = None, name="openai/gsm8k",
 def build_dataset(split: str = "train", dataset_path: str | None = None) -> Dataset:
     """GSM8K as conversational `prompt`s (system + question) and numeric `answer`s (the text after '####')."""
     raw = load_split(split, dataset_path)
-    missing = {"question", "answer"} - set(raw.column_names)
-    if missing:
+    if missing := {"question", "answer"} - set(raw.column_names):
         raise ValueError(f"{dataset_path or 'openai/gsm8k'} ({split}) lacks column(s) {sorted(missing)}: it has "
                          f"{raw.column_names}; rename them to `question` and `answer` ('<solution> #### <number>').")
-    return raw.map(
-        lambda row: {
-            "prompt": [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": row["question"]}],
-            "answer": rewards.extract_hash_answer(row["answer"]),
-        },
-        remove_columns=raw.column_names,
-    )
+    return raw.map(lambda row: {
+        "prompt": [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": row["question"]}],
+        "answer": rewards.extract_hash_answer(row["answer"]),
+    }, remove_columns=raw.column_names)
 
 
 # ----------------------------------------------------------------------------------------------------- system prompt
