@@ -31,7 +31,7 @@ MODEL_NAME = "Qwen/Qwen2.5-1.5B-Instruct"
 RECIPE_DEFAULTS = dict(
     output_dir="runs/gsm8k_grpo",
     learning_rate=5e-6, adam_beta2=0.99, weight_decay=0.1,
-    warmup_ratio=0.1, lr_scheduler_type="cosine", max_grad_norm=0.1,
+    warmup_steps=0.1, lr_scheduler_type="cosine", max_grad_norm=0.1,
     activation_checkpointing=True,  # a.k.a. gradient_checkpointing: trades ~20% speed for memory
     num_generations=8,  # completions per prompt; GRPO's advantage is each one's reward relative to its group
     per_device_train_batch_size=8, max_completion_length=512,

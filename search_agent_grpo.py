@@ -31,7 +31,7 @@ HOTPOTQA = ("hotpotqa/hotpot_qa", "distractor")
 
 RECIPE_DEFAULTS = {
     "output_dir": "runs/search_agent_grpo",
-    "learning_rate": 1e-6, "lr_scheduler_type": "cosine", "warmup_ratio": 0.05, "max_grad_norm": 0.1,
+    "learning_rate": 1e-6, "lr_scheduler_type": "cosine", "warmup_steps": 0.05, "max_grad_norm": 0.1,
     "activation_checkpointing": True,
     "num_generations": 8,
     "per_device_train_batch_size": 8,

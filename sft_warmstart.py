@@ -30,7 +30,7 @@ from gsm8k_grpo import arg, default_precision, load_split, logger
 # ------------------------------------------------------------------------------------------------------------ config
 RECIPE_DEFAULTS = {
     "output_dir": "runs/sft_warmstart",
-    "learning_rate": 1e-5, "lr_scheduler_type": "cosine", "warmup_ratio": 0.03,
+    "learning_rate": 1e-5, "lr_scheduler_type": "cosine", "warmup_steps": 0.03,
     "num_train_epochs": 1, "per_device_train_batch_size": 8, "gradient_accumulation_steps": 2,
     "assistant_only_loss": True,  # train on what the model should write, never on prompts or tool results
     "activation_checkpointing": True, "logging_steps": 10, "save_strategy": "no", "report_to": "none",

@@ -29,7 +29,7 @@ RECIPE_DEFAULTS = {
     "output_dir": "runs/tool_use_grpo",
     "learning_rate": 1e-6,
     "lr_scheduler_type": "cosine",
-    "warmup_ratio": 0.05,
+    "warmup_steps": 0.05,
     "max_grad_norm": 0.1,
     "activation_checkpointing": True,
     "num_generations": 8,

@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 import gsm8k_grpo
+from trl import ModelConfig
 from conftest import ROOT
 
 
@@ -84,6 +85,19 @@ def test_the_defaults_are_a_valid_one_gpu_config_with_the_recipe_rewards():
 def test_on_cpu_the_config_picks_fp32_and_transformers_generation():
     _, args, _ = gsm8k_grpo.parse_args([])
     assert (args.bf16, args.fp16, args.use_vllm) == (False, False, False)
+
+
+@pytest.mark.parametrize("recipe", ["gsm8k_grpo", "tool_use_grpo", "search_agent_grpo", "sft_warmstart"])
+def test_every_recipe_default_names_a_real_option(recipe):
+    # TrlParser drops an unknown default silently: a renamed TRL option (warmup_ratio, gone in transformers 5) would
+    # quietly stop applying. Each default must be a field of the recipe's dataclasses.
+    import dataclasses
+    import importlib
+
+    module = importlib.import_module(recipe)
+    config = module.RecipeSFTConfig if recipe == "sft_warmstart" else module.RecipeGRPOConfig
+    fields = {f.name for cls in (module.ScriptArguments, config, ModelConfig) for f in dataclasses.fields(cls)}
+    assert set(module.RECIPE_DEFAULTS) - fields == set()
 
 
 def test_yaml_overrides_recipe_defaults_and_the_command_line_overrides_yaml(tmp_path):
