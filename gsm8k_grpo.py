@@ -4,7 +4,10 @@ One GPU (vLLM colocate when installed):   python gsm8k_grpo.py
 LoRA, or 4-bit QLoRA on a small GPU:      python gsm8k_grpo.py --use_peft [--load_in_4bit]
 Any GRPOConfig field, CLI or YAML:        python gsm8k_grpo.py --config my.yaml --learning_rate 1e-6
 Offline on CPU, tiny model (< 1 min):     python offline.py && python gsm8k_grpo.py --config offline/gsm8k_grpo.yaml
+Jupyter or Colab (free T4):              notebooks/gsm8k_grpo.ipynb, generated from this file
 """
+
+# %%
 
 import importlib.util
 import logging
@@ -23,11 +26,21 @@ import rewards
 
 logger = logging.getLogger("grpo-recipes")
 
-# ------------------------------------------------------------------------------------------------------------ config
-MODEL_NAME = "Qwen/Qwen2.5-1.5B-Instruct"
+# %% [markdown]
+# ## Config
+# GRPO samples a group of completions for each prompt, scores each one with the rubric, and raises the probability of
+# those that beat their group's mean: no value model, no reference answers beyond the final number. The defaults are
+# sized for one GPU; any field can be changed from the command line, a `--config` YAML, or `NOTEBOOK_ARGS` below.
 
-# The recipe's choices (other fields keep TRL's defaults); YAML overrides them, the command line overrides both. Valid
-# on ONE GPU: per_device_train_batch_size × GPUs × steps_per_generation must be a multiple of num_generations.
+# %%
+MODEL_NAME = "Qwen/Qwen2.5-1.5B-Instruct"
+# In a notebook on Colab's free T4 these go first (fp16 and vLLM are chosen by what is there): a 0.5B model with LoRA
+# and fewer, shorter steps. Add "--load_in_4bit" (QLoRA) for a 1.5B model.
+COLAB_ARGS = ["--model_name_or_path", "Qwen/Qwen2.5-0.5B-Instruct", "--use_peft", "--learning_rate", "2e-5",
+              "--max_steps", "100", "--per_device_train_batch_size", "16", "--gradient_accumulation_steps", "1",
+              "--max_completion_length", "256", "--eval_steps", "50", "--save_steps", "50", "--num_eval_examples", "64"]
+
+# Valid on ONE GPU: per_device_train_batch_size × GPUs × steps_per_generation must be a multiple of num_generations.
 RECIPE_DEFAULTS = dict(
     output_dir="runs/gsm8k_grpo",
     learning_rate=5e-6, adam_beta2=0.99, weight_decay=0.1,
@@ -78,7 +91,7 @@ def default_precision(args) -> bool:
     """Unless the user chose: bf16 where the GPU has it, fp16 otherwise (T4), fp32 on CPU. Returns: training on CUDA?"""
     cuda = torch.cuda.is_available() and not args.use_cpu
     if args.bf16 is None and not args.fp16:
-        args.bf16 = cuda and torch.cuda.is_bf16_supported()
+        args.bf16 = cuda and torch.cuda.is_bf16_supported(including_emulation=False)  # a T4 only emulates bf16
         args.fp16 = cuda and not args.bf16
     return cuda
 
@@ -106,7 +119,12 @@ def parse_args(argv: list[str] | None = None) -> tuple[ScriptArguments, RecipeGR
     return parser.parse_args_and_config(argv)
 
 
-# -------------------------------------------------------------------------------------------------------------- data
+# %% [markdown]
+# ## Data
+# GSM8K's grade-school word problems. The prompt is the system prompt plus the question; the gold answer is the number
+# after `####` in the worked solution, which the correctness reward compares against.
+
+# %%
 def load_split(split: str, dataset_path: str | None = None, name="openai/gsm8k", config="main") -> Dataset:
     """One split of a Hub dataset or of local data: a JSON/JSONL/parquet file (train only) or a folder of splits."""
     if dataset_path is None:
@@ -129,7 +147,11 @@ def build_dataset(split: str = "train", dataset_path: str | None = None) -> Data
     }, remove_columns=raw.column_names)
 
 
-# ----------------------------------------------------------------------------------------------------- system prompt
+# %% [markdown]
+# ## System prompt
+# The model must think inside `<reasoning>` and answer inside `<answer>`, so the answer can be read without guessing.
+
+# %%
 SYSTEM_PROMPT = """Respond in the following format:
 <reasoning>
 ...
@@ -138,9 +160,15 @@ SYSTEM_PROMPT = """Respond in the following format:
 ...
 </answer>"""
 
-# ----------------------------------------------------------------------------------------------------------- rewards
-# Correctness dominates: a correct, well-formatted answer scores 2 + 0.5 × 4 = 4.0; the best any wrong or malformed
-# completion can reach is 2.0 (tests/test_rewards.py probes this with adversarial completions).
+# %% [markdown]
+# ## Rewards
+# `correctness_reward` pays 1 when the number in `<answer>` equals the gold answer; `integer_answer_reward` pays for a
+# plain number there; the three format rewards pay for the tags. Format alone is cheap to farm, so its weights are
+# small: a model cannot out-earn a correct answer with tags. `rewards.py` documents how each one could be gamed.
+
+# %%
+# A correct, well-formatted answer scores 2 + 0.5 × 4 = 4.0; the best any wrong or malformed completion can reach is
+# 2.0 (tests/test_rewards.py probes this with adversarial completions).
 REWARD_FUNCS, REWARD_WEIGHTS = rewards.combine({
     rewards.correctness_reward: 2.0,
     rewards.integer_answer_reward: 0.5,
@@ -150,7 +178,12 @@ REWARD_FUNCS, REWARD_WEIGHTS = rewards.combine({
 })
 
 
-# ----------------------------------------------------------------------------------------------------------- trainer
+# %% [markdown]
+# ## Trainer
+# Pre-flight checks that fail in one line before any model is loaded, then TRL's `GRPOTrainer`: generation (vLLM on a
+# GPU when installed), the rubric, the GRPO loss, logging, checkpoints, and a plot of the rewards when it is done.
+
+# %%
 def setup_wandb(training_args: GRPOConfig) -> None:
     """Never block on wandb's interactive login: without credentials, log offline (sync later with `wandb sync`)."""
     if "wandb" not in training_args.report_to:
@@ -235,8 +268,18 @@ def train(model_args: ModelConfig, training_args: GRPOConfig, tokenizer, train_d
     )
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     trainer.save_model(training_args.output_dir)
-    logger.info(f"saved the trained model to {training_args.output_dir}")
+    if trainer.is_world_process_zero():
+        rewards.plot_training(trainer.state.log_history, Path(training_args.output_dir) / rewards.PLOT_FILE)
+    logger.info(f"saved the trained model and {rewards.PLOT_FILE} to {training_args.output_dir}")
     return trainer
+
+
+def notebook_argv(argv: list[str], colab_argv: list[str]) -> list[str]:
+    """A notebook's flags; on Colab, the recipe's T4-sized flags go first and the notebook's own override them."""
+    if "google.colab" not in sys.modules:
+        return argv
+    print("Colab: T4-sized defaults " + " ".join(colab_argv) + " (NOTEBOOK_ARGS overrides them)")
+    return colab_argv + argv
 
 
 def main(argv: list[str] | None = None) -> GRPOTrainer:
@@ -246,5 +289,19 @@ def main(argv: list[str] | None = None) -> GRPOTrainer:
     return train(model_args, training_args, tokenizer, train_dataset, eval_dataset, REWARD_FUNCS)
 
 
+# %% [markdown]
+# ## Run
+# As a script, the command line and `--config` choose the options; in a notebook, `NOTEBOOK_ARGS` takes the same flags.
+# Then look at the curves: correctness should rise while the format rewards saturate early. A total reward that climbs
+# while correctness stays flat means the model found a way to farm the cheap rewards.
+
+# %% tags=["parameters", "active-ipynb"]
+# NOTEBOOK_ARGS = []  # command-line flags, e.g. ["--max_steps", "50"] or ["--config", "offline/gsm8k_grpo.yaml"]
+
+# %% tags=["active-ipynb"]
+# trainer = main(notebook_argv(NOTEBOOK_ARGS, COLAB_ARGS))
+# rewards.show_training(trainer.args.output_dir, trainer)
+
+# %% tags=["active-py"]
 if __name__ == "__main__":
     main()

@@ -33,6 +33,7 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import wait as wait_for
 from functools import lru_cache
+from pathlib import Path
 
 # ---------------------------------------------------------------------------------------------------------- parsers
 
@@ -765,3 +766,46 @@ def rubric_table(funcs: list, weights: list[float]) -> str:
     lines += [f"| `{name}` | {weight:g} | {pays.replace('|', '/')} | {gaming.replace('|', '/')} |"
               for name, weight, pays, gaming in describe(funcs, weights)]
     return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------------------------------------- reports
+PLOT_FILE = "training_curves.png"
+
+
+def plot_training(log_history: list[dict], path: Path) -> Path:
+    """Save each reward component, the total reward and the mean completion length (SFT: loss) over steps as a PNG."""
+    from matplotlib.figure import Figure  # not pyplot: no display backend needed, in a script or a notebook
+
+    keys = list(dict.fromkeys(k for e in log_history for k in e if k.startswith("rewards/") and k.endswith("/mean")))
+    keys += ["reward", "completions/mean_length"] if keys else ["loss", "mean_token_accuracy"]
+    keys = [k for k in keys if any(k in e or f"eval_{k}" in e for e in log_history)]
+    columns, rows = min(len(keys), 3) or 1, math.ceil(len(keys) / 3) or 1
+    figure = Figure(figsize=(4 * columns, 3 * rows), layout="constrained")
+    for i, key in enumerate(keys):
+        axes = figure.add_subplot(rows, columns, i + 1)
+        for prefix, style in (("", "-"), ("eval_", "o--")):  # training steps, then evaluations when there were any
+            points = [(e["step"], e[prefix + key]) for e in log_history if e.get(prefix + key) is not None]
+            if points:
+                axes.plot(*zip(*points), style, label="eval" if prefix else "train")
+        axes.set_title("total reward" if key == "reward" else key.removeprefix("rewards/").removesuffix("/mean"))
+        axes.set_xlabel("step")
+        axes.legend()
+    figure.savefig(path, dpi=90)
+    return Path(path)
+
+
+def show_training(output_dir: str | Path, trainer=None, n: int = 2) -> None:
+    """In a notebook: the curves the run saved, then a few completions from its last step with their rewards."""
+    from IPython.display import Image, display
+
+    display(Image(filename=str(Path(output_dir) / PLOT_FILE)))
+    logs = getattr(trainer, "_logs", None)  # GRPOTrainer keeps the latest generation batch here
+    for i in range(min(n, len(logs["completion"]) if logs else 0)):
+        scores = ", ".join(f"{name} {values[i]:.2f}" for name, values in logs["rewards"].items())
+        completion = logs["completion"][i]
+        turns = completion if isinstance(completion, list) else [{"role": "assistant", "content": completion}]
+        print(f"--- completion {i + 1} of the last step: {scores}")
+        for turn in turns:
+            calls = [f"[{c['function']['name']}({c['function']['arguments']})]" for c in turn.get("tool_calls") or []]
+            print(f"{turn['role']}: {turn.get('content') or ''}{' '.join(calls)}")
+

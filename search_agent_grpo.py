@@ -4,6 +4,7 @@ One GPU (HotpotQA distractor):   python search_agent_grpo.py
 Your own corpus and questions:   python search_agent_grpo.py --corpus_path docs.jsonl --dataset_path questions/
 Offline on CPU (tiny model warm-started to search, generated corpus):
     python offline.py --search && python search_agent_grpo.py --config offline/search_agent_grpo.yaml
+Jupyter or Colab (free T4):      notebooks/search_agent_grpo.ipynb, generated from this file
 
 The model searches the corpus (`search`), reads whole passages (`read`) over several turns, then answers. Only the
 answer is rewarded, and only when the model searched; the retrieved text is never trained on (TRL masks tool output
@@ -12,6 +13,7 @@ splits and de-duplicated by title, so multi-hop questions need two or more searc
 (with a progress bar), saved under --index_dir keyed by a hash of the corpus, reloaded while the corpus is unchanged.
 """
 
+# %%
 import hashlib
 import json
 from dataclasses import dataclass
@@ -25,9 +27,19 @@ import rewards
 from gsm8k_grpo import RecipeGRPOConfig, arg, load_split, load_splits, logger, prepare, train
 from tool_use_grpo import check_tool_template
 
-# ------------------------------------------------------------------------------------------------------------ config
+# %% [markdown]
+# ## Config
+# GRPO over whole agent episodes: each completion is a conversation of searches, reads and an answer, scored at the
+# end. The defaults are sized for one GPU; every field is a flag, a `--config` YAML key, or an entry of `NOTEBOOK_ARGS`.
+
+# %%
 MODEL_NAME = "Qwen/Qwen2.5-1.5B-Instruct"
 HOTPOTQA = ("hotpotqa/hotpot_qa", "distractor")
+# A notebook on Colab's free T4 puts these first: a 0.5B model with LoRA, fewer rounds, fewer and shorter steps.
+COLAB_ARGS = ["--model_name_or_path", "Qwen/Qwen2.5-0.5B-Instruct", "--use_peft", "--learning_rate", "2e-5",
+              "--max_steps", "100", "--per_device_train_batch_size", "16", "--gradient_accumulation_steps", "1",
+              "--max_completion_length", "1024", "--max_tool_calling_iterations", "3", "--eval_steps", "50",
+              "--save_steps", "50", "--num_eval_examples", "64"]
 
 RECIPE_DEFAULTS = {
     "output_dir": "runs/search_agent_grpo",
@@ -57,7 +69,12 @@ class ScriptArguments:
     passage_chars: int = arg(1500, "Characters of a passage `read` returns at most.")
 
 
-# -------------------------------------------------------------------------------------------------------------- data
+# %% [markdown]
+# ## Data
+# The corpus is HotpotQA's own paragraphs (no Wikipedia dump), de-duplicated by title; the questions are its
+# multi-hop questions with their answers and the titles of the passages that support them.
+
+# %%
 def hotpotqa_split(split: str) -> Dataset:
     return load_split("validation" if split == "test" else split, None, *HOTPOTQA)  # HotpotQA has no test answers
 
@@ -87,14 +104,23 @@ def build_dataset(split: str = "train", dataset_path: str | None = None) -> Data
     return raw.map(row_to_example, remove_columns=raw.column_names)
 
 
-# ----------------------------------------------------------------------------------------------------- system prompt
+# %% [markdown]
+# ## System prompt
+# The prompt tells the model to search before answering and to put a short answer inside `<answer>` tags.
+
+# %%
 SYSTEM_PROMPT = """Answer the question using the search tools: search for the people, places and things it mentions, \
 read the passages that look relevant, and search again for what they lead to. Questions often need two or more \
 searches. When you know the answer, reply with only the answer inside <answer></answer> tags, for example \
 <answer>Paris</answer>."""
 
 
-# ------------------------------------------------------------------------------------------------------------- tools
+# %% [markdown]
+# ## Tools
+# `search` returns the top BM25 passages (title and snippet); `read` returns a whole passage by title. Both are plain
+# functions over a bm25s index that is built once and reloaded; a bad query or title returns an error string.
+
+# %%
 class SearchIndex:
     """A bm25s index over the corpus, saved under index_dir/<corpus hash> and reloaded while the corpus is unchanged."""
 
@@ -163,7 +189,13 @@ def read(title: str) -> str:
 
 TOOLS = [search, read]
 
-# ----------------------------------------------------------------------------------------------------------- rewards
+# %% [markdown]
+# ## Rewards
+# Exact match and token F1 against the gold answer pay only when the model searched, so answering from memory earns
+# nothing; a small format reward pays for the `<answer>` tags. Retrieval recall (did it find the supporting
+# passages?) is logged with weight 0: worth watching, but paying for it would reward searching over answering.
+
+# %%
 # Answer rewards pay only after a search (answering from memory earns nothing); retrieval recall is logged, weight 0.
 REWARD_FUNCS, REWARD_WEIGHTS = rewards.combine({
     rewards.RequiresToolCall(rewards.exact_match_reward, "search"): 1.0,
@@ -173,7 +205,11 @@ REWARD_FUNCS, REWARD_WEIGHTS = rewards.combine({
 })
 
 
-# ----------------------------------------------------------------------------------------------------------- trainer
+# %% [markdown]
+# ## Trainer
+# The GRPO recipe's pre-flight checks and trainer, with `tools=TOOLS`. Retrieved text is masked out of the loss.
+
+# %%
 def main(argv: list[str] | None = None) -> GRPOTrainer:
     parser = TrlParser((ScriptArguments, RecipeGRPOConfig, ModelConfig))
     parser.set_defaults_with_config(**RECIPE_DEFAULTS, reward_weights=REWARD_WEIGHTS, model_name_or_path=MODEL_NAME)
@@ -186,5 +222,19 @@ def main(argv: list[str] | None = None) -> GRPOTrainer:
     return train(model_args, training_args, tokenizer, train_dataset, eval_dataset, REWARD_FUNCS, tools=TOOLS)
 
 
+# %% [markdown]
+# ## Run
+# As a script, the command line and `--config` choose the options; in a notebook, `NOTEBOOK_ARGS` takes the same flags.
+# In the curves, exact match and F1 should rise together; F1 rising alone means longer, vaguer answers.
+
+# %% tags=["parameters", "active-ipynb"]
+# NOTEBOOK_ARGS = []  # command-line flags, e.g. ["--max_steps", "50"] or ["--config", "offline/search_agent_grpo.yaml"]
+
+# %% tags=["active-ipynb"]
+# from gsm8k_grpo import notebook_argv
+# trainer = main(notebook_argv(NOTEBOOK_ARGS, COLAB_ARGS))
+# rewards.show_training(trainer.args.output_dir, trainer)
+
+# %% tags=["active-py"]
 if __name__ == "__main__":
     main()

@@ -7,11 +7,13 @@ Rejection sampling on evaluate.py rollouts (best-of-k per prompt above a reward 
     python sft_warmstart.py --recipe tool_use_grpo --source rollouts --rollouts tools.jsonl --min_reward 2.0
 Then RL from the result (the output directory is a model directory):
     python gsm8k_grpo.py --model_name_or_path runs/sft_warmstart
+Jupyter or Colab (free T4): notebooks/sft_warmstart.ipynb, generated from this file
 
 TRL's SFTTrainer with the loss on assistant turns only (tool results and prompts are never trained on); every
 SFTConfig and ModelConfig field is a flag or a YAML key; --use_peft trains LoRA, --merge_lora saves a merged model.
 """
 
+# %%
 import importlib
 import json
 import logging
@@ -27,7 +29,12 @@ from trl import ModelConfig, SFTConfig, SFTTrainer, TrlParser, get_peft_config
 import rewards
 from gsm8k_grpo import arg, default_precision, load_split, logger
 
-# ------------------------------------------------------------------------------------------------------------ config
+# %% [markdown]
+# ## Config
+# Supervised fine-tuning before RL: a small model that never writes the recipe's format, or never calls its tools,
+# gives GRPO nothing to reinforce. A few hundred steps on good examples fix that cheaply.
+
+# %%
 RECIPE_DEFAULTS = {
     "output_dir": "runs/sft_warmstart",
     "learning_rate": 1e-5, "lr_scheduler_type": "cosine", "warmup_steps": 0.03,
@@ -36,6 +43,8 @@ RECIPE_DEFAULTS = {
     "activation_checkpointing": True, "logging_steps": 10, "save_strategy": "no", "report_to": "none",
     "model_name_or_path": "Qwen/Qwen2.5-0.5B-Instruct",
 }
+# A notebook on Colab's free T4 puts these first: LoRA (merged when saved) and a few hundred steps.
+COLAB_ARGS = ["--use_peft", "--merge_lora", "--learning_rate", "1e-4", "--max_steps", "200"]
 
 
 @dataclass
@@ -59,7 +68,12 @@ class RecipeSFTConfig(SFTConfig):
         super().__post_init__()
 
 
-# -------------------------------------------------------------------------------------------------------------- data
+# %% [markdown]
+# ## Data
+# Either the dataset's own solutions rewritten in the recipe's format (`--source gold`), or rollouts from any model
+# scored by the recipe's own rubric with evaluate.py, keeping the best of each prompt (`--source rollouts`).
+
+# %%
 # Tool-call arguments differ between tools ({"code"} vs {"query"}): as Json they are not merged into one struct.
 MESSAGES = Features({"messages": List({"role": Value("string"), "content": Value("string"), "name": Value("string"),
                                        "tool_calls": List({"type": Value("string"), "function": {
@@ -109,7 +123,11 @@ def _message(message: dict) -> dict:
             "tool_calls": calls or None}
 
 
-# ----------------------------------------------------------------------------------------------------------- trainer
+# %% [markdown]
+# ## Trainer
+# TRL's SFTTrainer with the loss on assistant turns only: prompts and tool results are context, never targets.
+
+# %%
 def main(argv: list[str] | None = None) -> Path:
     parser = TrlParser((ScriptArguments, RecipeSFTConfig, ModelConfig))
     parser.set_defaults_with_config(**RECIPE_DEFAULTS)
@@ -138,9 +156,24 @@ def main(argv: list[str] | None = None) -> Path:
     else:
         trainer.save_model(str(output))
     tokenizer.save_pretrained(output)  # with its chat template: the directory is a --model_name_or_path
+    rewards.plot_training(trainer.state.log_history, output / rewards.PLOT_FILE)
     logger.info(f"saved the warm-started model to {output}")
     return output
 
 
+# %% [markdown]
+# ## Run
+# As a script, the command line and `--config` choose the options; in a notebook, `NOTEBOOK_ARGS` takes the same flags.
+# The loss curve should fall fast and flatten; the saved directory is the `--model_name_or_path` of an RL recipe.
+
+# %% tags=["parameters", "active-ipynb"]
+# NOTEBOOK_ARGS = []  # command-line flags, e.g. ["--max_steps", "100"] or ["--config", "offline/sft_warmstart.yaml"]
+
+# %% tags=["active-ipynb"]
+# from gsm8k_grpo import notebook_argv
+# output_dir = main(notebook_argv(NOTEBOOK_ARGS, COLAB_ARGS))
+# rewards.show_training(output_dir)
+
+# %% tags=["active-py"]
 if __name__ == "__main__":
     main()

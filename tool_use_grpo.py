@@ -5,6 +5,7 @@ Harder problems (MATH):          python tool_use_grpo.py --dataset_name DigitalL
 Any GRPOConfig field, YAML:      python tool_use_grpo.py --config my.yaml --max_tool_calling_iterations 4
 Offline on CPU (tiny model, warm-started to call the tool, ~1 minute):
     python offline.py --tools && python tool_use_grpo.py --config offline/tool_use_grpo.yaml
+Jupyter or Colab (free T4):      notebooks/tool_use_grpo.ipynb, generated from this file
 
 TRL's multi-turn loop (`GRPOTrainer(tools=TOOLS)`) parses each tool call from the completion, runs the tool, appends
 its result as a `tool` message and lets the model continue, up to `max_tool_calling_iterations` times. The tool's
@@ -12,6 +13,7 @@ output tokens are masked out of the loss (TRL's tool_mask): the model is trained
 interpreter printed. The interpreter runs in `sandbox.py`, never in the training process.
 """
 
+# %%
 from dataclasses import dataclass
 
 from datasets import Dataset
@@ -22,8 +24,18 @@ import rewards
 from gsm8k_grpo import RecipeGRPOConfig, arg, load_split, load_splits, logger, prepare, train
 from sandbox import PRELOAD, Sandbox
 
-# ------------------------------------------------------------------------------------------------------------ config
+# %% [markdown]
+# ## Config
+# The same GRPO as gsm8k_grpo.py, but each completion is a conversation: the model writes code, TRL runs it in the
+# sandbox and feeds the output back, and the model goes on until it answers or runs out of tool rounds.
+
+# %%
 MODEL_NAME = "Qwen/Qwen2.5-1.5B-Instruct"  # a tool-calling instruct model whose chat template TRL can parse
+# A notebook on Colab's free T4 puts these first: a 0.5B model with LoRA, fewer rounds, fewer and shorter steps.
+COLAB_ARGS = ["--model_name_or_path", "Qwen/Qwen2.5-0.5B-Instruct", "--use_peft", "--learning_rate", "2e-5",
+              "--max_steps", "100", "--per_device_train_batch_size", "16", "--gradient_accumulation_steps", "1",
+              "--max_completion_length", "512", "--max_tool_calling_iterations", "2", "--eval_steps", "50",
+              "--save_steps", "50", "--num_eval_examples", "64"]
 
 RECIPE_DEFAULTS = {
     "output_dir": "runs/tool_use_grpo",
@@ -55,7 +67,11 @@ class ScriptArguments:
     tool_timeout: float = arg(5.0, "Seconds one tool call may run before the sandbox kills it.")
 
 
-# -------------------------------------------------------------------------------------------------------------- data
+# %% [markdown]
+# ## Data
+# GSM8K (or MATH) problems as chat prompts with their gold answers; local files in GSM8K form work too.
+
+# %%
 # dataset name -> (config, question column, solution column, how to read the gold answer from the solution)
 SOURCES = {
     "openai/gsm8k": ("main", "question", "answer", rewards.extract_hash_answer),
@@ -83,12 +99,21 @@ def build_dataset(split: str = "train", dataset_path: str | None = None, dataset
     )
 
 
-# ----------------------------------------------------------------------------------------------------- system prompt
+# %% [markdown]
+# ## System prompt
+# The prompt asks for the arithmetic to be done in Python and for the final number alone inside `<answer>` tags.
+
+# %%
 SYSTEM_PROMPT = """Solve the math problem. Use the python tool to do the arithmetic instead of doing it in your head: \
 write code that prints the result. When you know the answer, reply with only the final number inside \
 <answer></answer> tags, for example <answer>42</answer>."""
 
-# ------------------------------------------------------------------------------------------------------------- tools
+# %% [markdown]
+# ## Tools
+# A tool is a plain function with a docstring: TRL turns its signature and `Args:` into the schema the model sees.
+# The code runs in a forked, resource-limited child process; a crash, a hang or a fork bomb becomes an error string.
+
+# %%
 # numpy and sympy preloaded: models like to import them, and the throwaway user may not be able to.
 SANDBOX = Sandbox(timeout=5.0, preload=PRELOAD + ("numpy", "sympy"))
 
@@ -104,7 +129,13 @@ def python(code: str) -> str:
 
 TOOLS = [python]
 
-# ----------------------------------------------------------------------------------------------------------- rewards
+# %% [markdown]
+# ## Rewards
+# `correctness_reward` pays for the right number in `<answer>`; `tool_use_reward` pays a little for calls that ran
+# without error and costs a little for failed or repeated ones. A model that only calls the tool, or only answers from
+# memory, scores less than one that does both right.
+
+# %%
 # A correct answer scores 2.0 plus at most 0.5 for tool use; tool use alone can never reach a correct answer's score,
 # and failed or repeated calls cost at most 0.5 (tests/test_rewards.py probes both).
 REWARD_FUNCS, REWARD_WEIGHTS = rewards.combine({
@@ -113,7 +144,12 @@ REWARD_FUNCS, REWARD_WEIGHTS = rewards.combine({
 })
 
 
-# ----------------------------------------------------------------------------------------------------------- trainer
+# %% [markdown]
+# ## Trainer
+# The GRPO recipe's pre-flight checks and trainer, with `tools=TOOLS`: TRL parses each tool call, runs it, and masks
+# the tool's output out of the loss, so the model is trained on what it wrote, never on what the interpreter printed.
+
+# %%
 def check_tool_template(tokenizer, model_name: str) -> None:
     """TRL must be able to render tool calls with this chat template and parse them back out of completions."""
     try:
@@ -143,5 +179,19 @@ def main(argv: list[str] | None = None) -> GRPOTrainer:
     return train(model_args, training_args, tokenizer, train_dataset, eval_dataset, REWARD_FUNCS, tools=TOOLS)
 
 
+# %% [markdown]
+# ## Run
+# As a script, the command line and `--config` choose the options; in a notebook, `NOTEBOOK_ARGS` takes the same flags.
+# In the curves, `tool_use_reward` shows whether the model keeps using the tool; correctness should rise with it.
+
+# %% tags=["parameters", "active-ipynb"]
+# NOTEBOOK_ARGS = []  # command-line flags, e.g. ["--max_steps", "50"] or ["--config", "offline/tool_use_grpo.yaml"]
+
+# %% tags=["active-ipynb"]
+# from gsm8k_grpo import notebook_argv
+# trainer = main(notebook_argv(NOTEBOOK_ARGS, COLAB_ARGS))
+# rewards.show_training(trainer.args.output_dir, trainer)
+
+# %% tags=["active-py"]
 if __name__ == "__main__":
     main()

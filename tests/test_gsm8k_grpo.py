@@ -177,6 +177,7 @@ def test_offline_run_trains_evaluates_checkpoints_and_resumes(kit):
     assert "precision fp32; generation with transformers" in first.stderr
     state = json.loads((out / "checkpoint-4" / "trainer_state.json").read_text())
     assert (out / "checkpoint-2" / "model.safetensors").exists() and (out / "model.safetensors").exists()
+    assert (out / "training_curves.png").stat().st_size > 10_000  # the plot of rewards and lengths over steps
     logged = set().union(*state["log_history"])
     for reward in gsm8k_grpo.REWARD_FUNCS:
         assert f"rewards/{reward.__name__}/mean" in logged
