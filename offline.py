@@ -126,8 +126,13 @@ def search_conversations(questions_file: str | Path, index, system_prompt: str) 
     return conversations
 
 
-def build_tiny_model(out_dir: str | Path, corpus: list[str], vocab_size: int = 2048, seed: int = 0) -> Path:
-    """Train a byte-level BPE tokenizer on `corpus`, build a small random Qwen2ForCausalLM, save both to out_dir."""
+def build_tiny_model(out_dir: str | Path, corpus: list[str], vocab_size: int = 2048, seed: int = 0,
+                     hidden_size: int = 64, num_layers: int = 2, single_digits: bool = False,
+                     added_tokens: tuple[str, ...] = ()) -> Path:
+    """Train a byte-level BPE tokenizer on `corpus`, build a small random Qwen2ForCausalLM, save both to out_dir.
+
+    single_digits: every digit its own token (arithmetic is learnable digit by digit); added_tokens: kept whole.
+    """
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
@@ -136,6 +141,8 @@ def build_tiny_model(out_dir: str | Path, corpus: list[str], vocab_size: int = 2
     special = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
     bpe = Tokenizer(models.BPE())
     bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    if single_digits:
+        bpe.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True), bpe.pre_tokenizer])
     bpe.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=special,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
@@ -143,12 +150,13 @@ def build_tiny_model(out_dir: str | Path, corpus: list[str], vocab_size: int = 2
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token="<|im_end|>", pad_token="<|endoftext|>",
                                         chat_template=qwen2_5_chat_template)
     # Qwen2.5 keeps its tool-call markers as single added tokens; so does the tiny tokenizer, for the tool recipes.
-    tokenizer.add_tokens(["<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>"])
+    tokenizer.add_tokens(["<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>", *added_tokens])
 
     torch.manual_seed(seed)
     im_end, pad = tokenizer.convert_tokens_to_ids("<|im_end|>"), tokenizer.pad_token_id
-    config = Qwen2Config(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32768,
+    config = Qwen2Config(vocab_size=len(tokenizer), hidden_size=hidden_size, intermediate_size=2 * hidden_size,
+                         num_hidden_layers=num_layers, num_attention_heads=4, num_key_value_heads=2,
+                         max_position_embeddings=32768,
                          rope_theta=1_000_000.0, tie_word_embeddings=True, bos_token_id=None,
                          eos_token_id=im_end, pad_token_id=pad)
     model = Qwen2ForCausalLM(config)

@@ -1,0 +1,54 @@
+"""cpu_demo.py: its data keeps the three sets apart and the teacher's mistakes where they belong; it learns (slow)."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+import cpu_demo
+import offline
+import rewards
+
+
+def read(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_sft_rl_and_held_out_problems_never_share_a_question(tmp_path):
+    cpu_demo.write_data(tmp_path, seed=0, args=cpu_demo.parse_args(["--n_sft", "900", "--n_rl", "300", "--n_test", "200"]))
+    sft, rl, test = read(tmp_path / "teacher" / "train.jsonl"), read(tmp_path / "rl" / "train.jsonl"), \
+        read(tmp_path / "rl" / "test.jsonl")
+    assert (len(sft), len(rl), len(test)) == (900, 300, 200)
+    questions = [{row["question"] for row in rows} for rows in (sft, rl, test)]
+    assert sum(map(len, questions)) == len(set.union(*questions)) == 1400
+
+
+def test_only_the_teachers_compare_solutions_are_wrong_and_rl_answers_are_true(tmp_path):
+    cpu_demo.write_data(tmp_path, seed=1, args=cpu_demo.parse_args(["--n_sft", "3000", "--n_rl", "300", "--n_test", "300"]))
+    sft = read(tmp_path / "teacher" / "train.jsonl")
+    wrong = {kind: [rewards.extract_hash_answer(r["answer"]) != str(r["true_answer"]) for r in sft if r["kind"] == kind]
+             for kind in cpu_demo.KINDS}
+    assert not any(wrong["add"]) and not any(wrong["subtract"])
+    assert abs(sum(wrong["compare"]) / len(wrong["compare"]) - cpu_demo.TEACHER_ERROR) < 0.05
+    for split in ("train", "test"):
+        rows = read(tmp_path / "rl" / f"{split}.jsonl")
+        assert all(rewards.extract_hash_answer(r["answer"]) == str(r["true_answer"]) for r in rows)
+
+
+def test_the_demo_tokenizer_spells_numbers_digit_by_digit_and_keeps_the_tags_whole(tmp_path):
+    from transformers import AutoTokenizer
+
+    corpus = ["Ava has 12 shells. <reasoning>\n12 - 3 = 9\n</reasoning>\n<answer>\n9\n</answer>"] * 20
+    model_dir = offline.build_tiny_model(tmp_path / "m", corpus, vocab_size=300, hidden_size=32, num_layers=1,
+                                         single_digits=True, added_tokens=("<reasoning>", "</answer>"))
+    tokens = AutoTokenizer.from_pretrained(model_dir).tokenize("<reasoning>\n123 - 45\n</answer>")
+    assert tokens[0] == "<reasoning>" and tokens[-1] == "</answer>"
+    assert [t for t in tokens if any(c.isdigit() for c in t)] == list("12345")
+
+
+@pytest.mark.slow
+def test_grpo_raises_held_out_accuracy_at_least_five_points_over_its_sft_start(tmp_path):
+    # A reduced run of the README's demo (one seed, fewer steps, 500 held-out problems): about 8 minutes on 2 cores.
+    [result] = cpu_demo.main(["--seeds", "0", "--out_dir", str(tmp_path), "--n_test", "500"])
+    assert result["gain_over_sft_start"] >= 0.05, result
+    assert (tmp_path / "results.png").stat().st_size > 10_000
