@@ -1,6 +1,6 @@
 """A CPU-only demo that GRPO learns: a tiny model, an imperfect teacher, and the recipes' own entry points.
 
-    python cpu_demo.py                  # one seed, about 10 minutes on 2 cores
+    python cpu_demo.py                  # one seed, about 8 minutes on 2 cores
     python cpu_demo.py --seeds 0 1 2    # the README's table; figures in runs/cpu_demo/results.json and results.png
 
 The task is one-step word problems of three kinds: "Ava has 9 shells. Ava finds 4 more. How many ...now?" (add),
@@ -13,7 +13,7 @@ wall-clock time as GRPO shows that more imitation does not.
 Each step is the project's own entry point, in a subprocess as a user would run it:
   1. data: SFT problems with the teacher's solutions, disjoint RL problems with true answers, and held-out test
      problems seen by neither (all in GSM8K form)
-  2. offline.build_tiny_model: a random Qwen2 (hidden 128, 3 layers) with a BPE tokenizer of single-digit tokens
+  2. offline.build_tiny_model: a random Qwen2 (hidden 128, 3 layers, 0.50M parameters), single-digit tokens
   3. sft_warmstart.py --source gold on the teacher's solutions
   4. greedy held-out accuracy, scored by evaluate.py's scoring with the recipe's rubric
   5. gsm8k_grpo.py from the SFT model on the RL problems; beside it, the SFT control (more SFT, same wall time)
@@ -200,16 +200,18 @@ def plot(results: list[dict], path: Path) -> None:
         by_kind.bar([k + offset for k in range(len(KINDS))], means, width, label=name)
     by_seed.set(title="held-out greedy accuracy", xlabel="seed", ylabel="%", xticks=[r["seed"] for r in results])
     by_kind.set(title="by kind of problem (mean over seeds)", ylabel="%", xticks=range(len(KINDS)), xticklabels=KINDS)
-    by_seed.legend(loc="lower right")
-    for r in results:
+    by_kind.legend(loc="center left")
+    for i, r in enumerate(results):  # one colour per seed: correctness solid, the format rewards dotted
         steps = [e["step"] for e in r["grpo_log"]]
-        for key in r["grpo_log"][0]:
-            if key.startswith("rewards/") and key.endswith("/mean"):
-                name = key.split("/")[1].removesuffix("_reward")
-                curves.plot(steps, [e[key] for e in r["grpo_log"]], label=f"{name} (seed {r['seed']})")
+        components = [k for k in r["grpo_log"][0] if k.startswith("rewards/") and k.endswith("/mean")]
+        for key in components:
+            correctness = key == "rewards/correctness_reward/mean"
+            curves.plot(steps, [e[key] for e in r["grpo_log"]], "-" if correctness else ":", color=f"C{i}",
+                        label=f"seed {r['seed']}: correctness" if correctness else None)
         lengths.plot(steps, [e["completions/mean_length"] for e in r["grpo_log"]], label=f"seed {r['seed']}")
+    curves.plot([], [], ":", color="gray", label="format rewards (4)")
     curves.set(title="reward components over GRPO steps (sampled)", xlabel="step")
-    curves.legend(fontsize=6, ncol=2)
+    curves.legend(fontsize=7)
     lengths.set(title="mean completion length (tokens)", xlabel="step")
     lengths.legend()
     figure.savefig(path, dpi=90)
