@@ -149,7 +149,7 @@ def pipeline(seed: int, args) -> dict:
 
     import gsm8k_grpo
 
-    out = Path(args.out_dir) / f"seed{seed}"
+    out = Path(args.out_dir).resolve() / f"seed{seed}"
     start = time.time()
     write_data(out, seed, args)
     corpus = (out / "teacher" / "train.jsonl").read_text().splitlines()[:2000] + [gsm8k_grpo.SYSTEM_PROMPT]
