@@ -87,6 +87,21 @@ def test_on_cpu_the_config_picks_fp32_and_transformers_generation():
     assert (args.bf16, args.fp16, args.use_vllm) == (False, False, False)
 
 
+@pytest.mark.parametrize("gpu, native_bf16, expected", [("T4", False, "fp16"), ("A100", True, "bf16")])
+def test_a_gpu_that_only_emulates_bf16_gets_fp16(gpu, native_bf16, expected, monkeypatch):
+    # torch.cuda.is_bf16_supported() says True on a T4 (Colab's free GPU) because it can emulate bf16, slowly.
+    import torch
+    from types import SimpleNamespace
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    def is_bf16_supported(including_emulation=True):
+        return including_emulation or native_bf16
+
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", is_bf16_supported)
+    args = SimpleNamespace(use_cpu=False, bf16=None, fp16=False)
+    assert gsm8k_grpo.default_precision(args) and ("bf16" if args.bf16 else "fp16" if args.fp16 else "fp32") == expected
+
+
 @pytest.mark.parametrize("recipe", ["gsm8k_grpo", "tool_use_grpo", "search_agent_grpo", "sft_warmstart"])
 def test_every_recipe_default_names_a_real_option(recipe):
     # TrlParser drops an unknown default silently: a renamed TRL option (warmup_ratio, gone in transformers 5) would
