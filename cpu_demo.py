@@ -27,6 +27,7 @@ import random
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent
@@ -144,10 +145,8 @@ def accuracy(model_dir: Path, data_dir: Path) -> dict:
 
 def pipeline(seed: int, args) -> dict:
     """Data, tiny model, SFT, evaluate, GRPO beside the SFT control, evaluate: one seed's figures."""
+    import gsm8k_grpo  # here, not at the top: they import torch, and `--help` should not wait for it
     import offline
-    from concurrent.futures import ThreadPoolExecutor
-
-    import gsm8k_grpo
 
     out = Path(args.out_dir).resolve() / f"seed{seed}"
     start = time.time()
@@ -162,8 +161,8 @@ def pipeline(seed: int, args) -> dict:
     steps = str(args.grpo_steps)
     grpo = ["--dataset_path", str(out / "rl"), "--model_name_or_path", str(out / "sft"),
             "--output_dir", str(out / "grpo"), "--max_steps", steps, "--learning_rate", str(args.grpo_lr),
-            "--lr_scheduler_type", "constant",
-            "--warmup_steps", "0", "--max_grad_norm", "1.0", "--beta", "0", "--temperature", str(args.temperature),
+            "--lr_scheduler_type", "constant", "--warmup_steps", "0", "--max_grad_norm", "1.0", "--beta", "0",
+            "--temperature", str(args.temperature),
             "--num_generations", "8", "--per_device_train_batch_size", "64", "--gradient_accumulation_steps", "1",
             "--max_completion_length", "32", "--eval_strategy", "no", "--save_steps", steps, "--save_only_model",
             "--logging_steps", "5", "--report_to", "none", "--use_cpu", "--activation_checkpointing", "false",
