@@ -8,7 +8,6 @@ Jupyter or Colab (free T4):              notebooks/gsm8k_grpo.ipynb, generated f
 """
 
 # %%
-
 import importlib.util
 import logging
 import math
@@ -34,8 +33,7 @@ logger = logging.getLogger("grpo-recipes")
 
 # %%
 MODEL_NAME = "Qwen/Qwen2.5-1.5B-Instruct"
-# In a notebook on Colab's free T4 these go first (fp16 and vLLM are chosen by what is there): a 0.5B model with LoRA
-# and fewer, shorter steps. Add "--load_in_4bit" (QLoRA) for a 1.5B model.
+# A notebook on Colab's free T4 puts these first: 0.5B with LoRA, fewer and shorter steps ("--load_in_4bit" for 1.5B).
 COLAB_ARGS = ["--model_name_or_path", "Qwen/Qwen2.5-0.5B-Instruct", "--use_peft", "--learning_rate", "2e-5",
               "--max_steps", "100", "--per_device_train_batch_size", "16", "--gradient_accumulation_steps", "1",
               "--max_completion_length", "256", "--eval_steps", "50", "--save_steps", "50", "--num_eval_examples", "64"]

@@ -24,6 +24,7 @@ from datasets import Dataset, concatenate_datasets
 from trl import GRPOTrainer, ModelConfig, TrlParser
 
 import rewards
+from gsm8k_grpo import COLAB_ARGS as GSM8K_COLAB_ARGS
 from gsm8k_grpo import RecipeGRPOConfig, arg, load_split, load_splits, logger, prepare, train
 from tool_use_grpo import check_tool_template
 
@@ -35,11 +36,8 @@ from tool_use_grpo import check_tool_template
 # %%
 MODEL_NAME = "Qwen/Qwen2.5-1.5B-Instruct"
 HOTPOTQA = ("hotpotqa/hotpot_qa", "distractor")
-# A notebook on Colab's free T4 puts these first: a 0.5B model with LoRA, fewer rounds, fewer and shorter steps.
-COLAB_ARGS = ["--model_name_or_path", "Qwen/Qwen2.5-0.5B-Instruct", "--use_peft", "--learning_rate", "2e-5",
-              "--max_steps", "100", "--per_device_train_batch_size", "16", "--gradient_accumulation_steps", "1",
-              "--max_completion_length", "1024", "--max_tool_calling_iterations", "3", "--eval_steps", "50",
-              "--save_steps", "50", "--num_eval_examples", "64"]
+# A notebook on Colab's free T4 puts these first: gsm8k_grpo's T4 settings, with room for the tool rounds.
+COLAB_ARGS = GSM8K_COLAB_ARGS + ["--max_completion_length", "1024", "--max_tool_calling_iterations", "3"]
 
 RECIPE_DEFAULTS = {
     "output_dir": "runs/search_agent_grpo",

@@ -21,6 +21,7 @@ from trl import GRPOTrainer, ModelConfig, TrlParser
 from trl.chat_template_utils import add_response_schema, supports_tool_calling
 
 import rewards
+from gsm8k_grpo import COLAB_ARGS as GSM8K_COLAB_ARGS
 from gsm8k_grpo import RecipeGRPOConfig, arg, load_split, load_splits, logger, prepare, train
 from sandbox import PRELOAD, Sandbox
 
@@ -31,11 +32,8 @@ from sandbox import PRELOAD, Sandbox
 
 # %%
 MODEL_NAME = "Qwen/Qwen2.5-1.5B-Instruct"  # a tool-calling instruct model whose chat template TRL can parse
-# A notebook on Colab's free T4 puts these first: a 0.5B model with LoRA, fewer rounds, fewer and shorter steps.
-COLAB_ARGS = ["--model_name_or_path", "Qwen/Qwen2.5-0.5B-Instruct", "--use_peft", "--learning_rate", "2e-5",
-              "--max_steps", "100", "--per_device_train_batch_size", "16", "--gradient_accumulation_steps", "1",
-              "--max_completion_length", "512", "--max_tool_calling_iterations", "2", "--eval_steps", "50",
-              "--save_steps", "50", "--num_eval_examples", "64"]
+# A notebook on Colab's free T4 puts these first: gsm8k_grpo's T4 settings, with room for the tool rounds.
+COLAB_ARGS = GSM8K_COLAB_ARGS + ["--max_completion_length", "512", "--max_tool_calling_iterations", "2"]
 
 RECIPE_DEFAULTS = {
     "output_dir": "runs/tool_use_grpo",
