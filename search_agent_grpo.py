@@ -21,12 +21,11 @@ from pathlib import Path
 
 import bm25s
 from datasets import Dataset, concatenate_datasets
-from trl import GRPOTrainer, ModelConfig, TrlParser
+from trl import GRPOTrainer
 
+import plumbing
 import rewards
-from gsm8k_grpo import COLAB_ARGS as GSM8K_COLAB_ARGS
-from gsm8k_grpo import RecipeGRPOConfig, arg, load_split, load_splits, logger, prepare, train
-from tool_use_grpo import check_tool_template
+from plumbing import arg, logger
 
 # %% [markdown]
 # ## Config
@@ -36,11 +35,11 @@ from tool_use_grpo import check_tool_template
 # %%
 MODEL_NAME = "Qwen/Qwen2.5-1.5B-Instruct"
 HOTPOTQA = ("hotpotqa/hotpot_qa", "distractor")
-# A notebook on Colab's free T4 puts these first: gsm8k_grpo's T4 settings, with room for the tool rounds.
-COLAB_ARGS = GSM8K_COLAB_ARGS + ["--max_completion_length", "1024", "--max_tool_calling_iterations", "3"]
+# A notebook on Colab's free T4 puts these first: 0.5B with LoRA, fewer steps, room for three tool rounds.
+COLAB_ARGS = plumbing.COLAB_T4_ARGS + ["--max_completion_length", "1024", "--max_tool_calling_iterations", "3"]
 
 RECIPE_DEFAULTS = {
-    "output_dir": "runs/search_agent_grpo",
+    "model_name_or_path": MODEL_NAME, "output_dir": "runs/search_agent_grpo",
     "learning_rate": 1e-6, "lr_scheduler_type": "cosine", "warmup_steps": 0.05, "max_grad_norm": 0.1,
     "activation_checkpointing": True,
     "num_generations": 8,
@@ -74,7 +73,8 @@ class ScriptArguments:
 
 # %%
 def hotpotqa_split(split: str) -> Dataset:
-    return load_split("validation" if split == "test" else split, None, *HOTPOTQA)  # HotpotQA has no test answers
+    """HotpotQA's test split has no answers: its validation split is the held-out one."""
+    return plumbing.load_split("validation" if split == "test" else split, None, *HOTPOTQA)
 
 
 def build_corpus(corpus_path: str | None = None) -> list[dict]:
@@ -90,7 +90,7 @@ def build_corpus(corpus_path: str | None = None) -> list[dict]:
 
 def build_dataset(split: str = "train", dataset_path: str | None = None) -> Dataset:
     """Questions as conversational `prompt`s, gold `answer`s and the `supporting_titles` a good search finds."""
-    raw = load_split(split, dataset_path) if dataset_path else hotpotqa_split(split)
+    raw = plumbing.load_split(split, dataset_path) if dataset_path else hotpotqa_split(split)
     if not {"question", "answer"} <= set(raw.column_names):
         raise ValueError(f"{dataset_path} ({split}) needs `question` and `answer` columns; it has {raw.column_names}.")
 
@@ -205,19 +205,17 @@ REWARD_FUNCS, REWARD_WEIGHTS = rewards.combine({
 
 # %% [markdown]
 # ## Trainer
-# The GRPO recipe's pre-flight checks and trainer, with `tools=TOOLS`. Retrieved text is masked out of the loss.
+# The shared pre-flight checks (tool-call template included) and trainer, with `tools=TOOLS`. Retrieved text is masked out of the loss.
 
 # %%
 def main(argv: list[str] | None = None) -> GRPOTrainer:
-    parser = TrlParser((ScriptArguments, RecipeGRPOConfig, ModelConfig))
-    parser.set_defaults_with_config(**RECIPE_DEFAULTS, reward_weights=REWARD_WEIGHTS, model_name_or_path=MODEL_NAME)
-    script_args, training_args, model_args = parser.parse_args_and_config(argv)
-    tokenizer = prepare(training_args, model_args, REWARD_FUNCS)
-    check_tool_template(tokenizer, model_args.model_name_or_path)
+    script_args, training_args, model_args = plumbing.parse_args(ScriptArguments, RECIPE_DEFAULTS, argv,
+                                                                 reward_weights=REWARD_WEIGHTS)
+    tokenizer = plumbing.prepare(training_args, model_args, REWARD_FUNCS, tools=TOOLS)
     load_index(script_args.corpus_path, script_args.index_dir, script_args.search_top_k, script_args.snippet_chars,
                script_args.passage_chars)
-    train_dataset, eval_dataset = load_splits(build_dataset, script_args, training_args)
-    return train(model_args, training_args, tokenizer, train_dataset, eval_dataset, REWARD_FUNCS, tools=TOOLS)
+    train_dataset, eval_dataset = plumbing.load_splits(build_dataset, script_args, training_args)
+    return plumbing.train(model_args, training_args, tokenizer, train_dataset, eval_dataset, REWARD_FUNCS, tools=TOOLS)
 
 
 # %% [markdown]
@@ -229,9 +227,8 @@ def main(argv: list[str] | None = None) -> GRPOTrainer:
 # NOTEBOOK_ARGS = []  # command-line flags, e.g. ["--max_steps", "50"] or ["--config", "offline/search_agent_grpo.yaml"]
 
 # %% tags=["active-ipynb"]
-# from gsm8k_grpo import notebook_argv
-# trainer = main(notebook_argv(NOTEBOOK_ARGS, COLAB_ARGS))
-# rewards.show_training(trainer.args.output_dir, trainer)
+# trainer = main(plumbing.notebook_argv(NOTEBOOK_ARGS, COLAB_ARGS))
+# plumbing.show_training(trainer.args.output_dir, trainer)
 
 # %% tags=["active-py"]
 if __name__ == "__main__":

@@ -24,10 +24,11 @@ from pathlib import Path
 
 from datasets import Dataset, Features, Json, List, Value
 from transformers import AutoModelForCausalLM, AutoTokenizer
-from trl import ModelConfig, SFTConfig, SFTTrainer, TrlParser, get_peft_config
+from trl import SFTConfig, SFTTrainer, get_peft_config
 
+import plumbing
 import rewards
-from gsm8k_grpo import arg, default_precision, load_split, logger
+from plumbing import arg, logger
 
 # %% [markdown]
 # ## Config
@@ -64,7 +65,7 @@ class RecipeSFTConfig(SFTConfig):
     """SFTConfig with the recipes' precision defaults: bf16 where the GPU has it, fp16 otherwise, fp32 on CPU."""
 
     def __post_init__(self):
-        default_precision(self)
+        plumbing.default_precision(self)
         super().__post_init__()
 
 
@@ -88,7 +89,7 @@ def gold_conversations(recipe, split: str, dataset_path: str | None) -> list[dic
                  "it: use --source rollouts with an evaluate.py JSONL.")
     prompts = recipe.build_dataset(split, dataset_path)["prompt"]
     conversations = []
-    for prompt, solution in zip(prompts, load_split(split, dataset_path)["answer"], strict=True):
+    for prompt, solution in zip(prompts, plumbing.load_split(split, dataset_path)["answer"], strict=True):
         reasoning = re.sub(r"<<[^>]*>>", "", solution.split("####")[0]).strip()
         answer = f"<reasoning>\n{reasoning}\n</reasoning>\n<answer>\n{rewards.extract_hash_answer(solution)}\n</answer>"
         conversations.append({"messages": prompt + [{"role": "assistant", "content": answer}], "tools": None})
@@ -129,9 +130,8 @@ def _message(message: dict) -> dict:
 
 # %%
 def main(argv: list[str] | None = None) -> Path:
-    parser = TrlParser((ScriptArguments, RecipeSFTConfig, ModelConfig))
-    parser.set_defaults_with_config(**RECIPE_DEFAULTS)
-    script_args, training_args, model_args = parser.parse_args_and_config(argv)
+    script_args, training_args, model_args = plumbing.parse_args(ScriptArguments, RECIPE_DEFAULTS, argv,
+                                                                 config_class=RecipeSFTConfig)
     logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
     recipe = importlib.import_module(script_args.recipe)
     if script_args.source == "gold":
@@ -156,7 +156,7 @@ def main(argv: list[str] | None = None) -> Path:
     else:
         trainer.save_model(str(output))
     tokenizer.save_pretrained(output)  # with its chat template: the directory is a --model_name_or_path
-    rewards.plot_training(trainer.state.log_history, output / rewards.PLOT_FILE)
+    plumbing.plot_training(trainer.state.log_history, output / plumbing.PLOT_FILE)
     logger.info(f"saved the warm-started model to {output}")
     return output
 
@@ -170,9 +170,8 @@ def main(argv: list[str] | None = None) -> Path:
 # NOTEBOOK_ARGS = []  # command-line flags, e.g. ["--max_steps", "100"] or ["--config", "offline/sft_warmstart.yaml"]
 
 # %% tags=["active-ipynb"]
-# from gsm8k_grpo import notebook_argv
-# output_dir = main(notebook_argv(NOTEBOOK_ARGS, COLAB_ARGS))
-# rewards.show_training(output_dir)
+# output_dir = main(plumbing.notebook_argv(NOTEBOOK_ARGS, COLAB_ARGS))
+# plumbing.show_training(output_dir)
 
 # %% tags=["active-py"]
 if __name__ == "__main__":

@@ -17,12 +17,11 @@ interpreter printed. The interpreter runs in `sandbox.py`, never in the training
 from dataclasses import dataclass
 
 from datasets import Dataset
-from trl import GRPOTrainer, ModelConfig, TrlParser
-from trl.chat_template_utils import add_response_schema, supports_tool_calling
+from trl import GRPOTrainer
 
+import plumbing
 import rewards
-from gsm8k_grpo import COLAB_ARGS as GSM8K_COLAB_ARGS
-from gsm8k_grpo import RecipeGRPOConfig, arg, load_split, load_splits, logger, prepare, train
+from plumbing import arg, logger
 from sandbox import PRELOAD, Sandbox
 
 # %% [markdown]
@@ -32,11 +31,11 @@ from sandbox import PRELOAD, Sandbox
 
 # %%
 MODEL_NAME = "Qwen/Qwen2.5-1.5B-Instruct"  # a tool-calling instruct model whose chat template TRL can parse
-# A notebook on Colab's free T4 puts these first: gsm8k_grpo's T4 settings, with room for the tool rounds.
-COLAB_ARGS = GSM8K_COLAB_ARGS + ["--max_completion_length", "512", "--max_tool_calling_iterations", "2"]
+# A notebook on Colab's free T4 puts these first: 0.5B with LoRA, fewer steps, room for two tool rounds.
+COLAB_ARGS = plumbing.COLAB_T4_ARGS + ["--max_completion_length", "512", "--max_tool_calling_iterations", "2"]
 
 RECIPE_DEFAULTS = {
-    "output_dir": "runs/tool_use_grpo",
+    "model_name_or_path": MODEL_NAME, "output_dir": "runs/tool_use_grpo",
     "learning_rate": 1e-6,
     "lr_scheduler_type": "cosine",
     "warmup_steps": 0.05,
@@ -83,7 +82,7 @@ def build_dataset(split: str = "train", dataset_path: str | None = None, dataset
     if name not in SOURCES:
         raise ValueError(f"unknown --dataset_name {name!r}: use one of {sorted(SOURCES)} or --dataset_path")
     config, question, solution, gold = SOURCES[name]
-    raw = load_split(split, dataset_path, name, config)
+    raw = plumbing.load_split(split, dataset_path, name, config)
     missing = {question, solution} - set(raw.column_names)
     if missing:
         raise ValueError(f"{dataset_path or dataset_name} ({split}) lacks column(s) {sorted(missing)}: it has "
@@ -144,37 +143,23 @@ REWARD_FUNCS, REWARD_WEIGHTS = rewards.combine({
 
 # %% [markdown]
 # ## Trainer
-# The GRPO recipe's pre-flight checks and trainer, with `tools=TOOLS`: TRL parses each tool call, runs it, and masks
+# The shared pre-flight checks (plus one that TRL can parse tool calls with the model's chat template) and trainer,
+# with `tools=TOOLS`: TRL parses each tool call, runs it, and masks
 # the tool's output out of the loss, so the model is trained on what it wrote, never on what the interpreter printed.
 
 # %%
-def check_tool_template(tokenizer, model_name: str) -> None:
-    """TRL must be able to render tool calls with this chat template and parse them back out of completions."""
-    try:
-        add_response_schema(tokenizer)
-        parses = True
-    except ValueError:
-        parses = False
-    if not (parses and supports_tool_calling(tokenizer)):
-        raise SystemExit(f"{model_name}: TRL cannot parse tool calls with this chat template. Use a model from a "
-                         "family TRL supports for tool calling: Qwen2.5, Qwen3, Qwen3.5, Llama 3.1/3.2, GLM-4-MoE, "
-                         "gpt-oss, LFM2, Gemma 4 or DeepSeek-R1-Distill.")
-
-
 def main(argv: list[str] | None = None) -> GRPOTrainer:
-    parser = TrlParser((ScriptArguments, RecipeGRPOConfig, ModelConfig))
-    parser.set_defaults_with_config(**RECIPE_DEFAULTS, reward_weights=REWARD_WEIGHTS, model_name_or_path=MODEL_NAME)
-    script_args, training_args, model_args = parser.parse_args_and_config(argv)
+    script_args, training_args, model_args = plumbing.parse_args(ScriptArguments, RECIPE_DEFAULTS, argv,
+                                                                 reward_weights=REWARD_WEIGHTS)
     SANDBOX.limits["timeout"] = script_args.tool_timeout
-    tokenizer = prepare(training_args, model_args, REWARD_FUNCS)
-    check_tool_template(tokenizer, model_args.model_name_or_path)
+    tokenizer = plumbing.prepare(training_args, model_args, REWARD_FUNCS, tools=TOOLS)
     logger.info(f"sandbox protections here: {SANDBOX.protections()}")
 
     def build(split, dataset_path):
         return build_dataset(split, dataset_path, script_args.dataset_name)
 
-    train_dataset, eval_dataset = load_splits(build, script_args, training_args)
-    return train(model_args, training_args, tokenizer, train_dataset, eval_dataset, REWARD_FUNCS, tools=TOOLS)
+    train_dataset, eval_dataset = plumbing.load_splits(build, script_args, training_args)
+    return plumbing.train(model_args, training_args, tokenizer, train_dataset, eval_dataset, REWARD_FUNCS, tools=TOOLS)
 
 
 # %% [markdown]
@@ -186,9 +171,8 @@ def main(argv: list[str] | None = None) -> GRPOTrainer:
 # NOTEBOOK_ARGS = []  # command-line flags, e.g. ["--max_steps", "50"] or ["--config", "offline/tool_use_grpo.yaml"]
 
 # %% tags=["active-ipynb"]
-# from gsm8k_grpo import notebook_argv
-# trainer = main(notebook_argv(NOTEBOOK_ARGS, COLAB_ARGS))
-# rewards.show_training(trainer.args.output_dir, trainer)
+# trainer = main(plumbing.notebook_argv(NOTEBOOK_ARGS, COLAB_ARGS))
+# plumbing.show_training(trainer.args.output_dir, trainer)
 
 # %% tags=["active-py"]
 if __name__ == "__main__":

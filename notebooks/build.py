@@ -1,12 +1,19 @@
-"""Regenerate every notebook from its recipe script:  python notebooks/build.py
+"""Regenerate every notebook from its script:  python notebooks/build.py
 
 The scripts are the source: their `# %%` cells become notebook cells, `# %% [markdown]` comments become text, and
 cells tagged `active-ipynb` (commented out in the script: the run-and-plot cells) become code, and cells tagged
-`active-py` (the script's `if __name__ == "__main__"`) are left out. One Colab set-up cell, the same for every
-notebook, is added after the introduction. tests/test_notebooks.py fails when a
-committed notebook differs from what this writes, and runs each one on CPU with the offline kit.
+`active-py` (the script's `if __name__ == "__main__"`) are left out.
+
+A notebook runs from the .ipynb alone (upload it to Colab, or open it in any Jupyter, no clone): after the
+introduction, hidden `%%writefile` cells write the modules it imports (rewards.py, plumbing.py, ...) and
+requirements.txt next to it, copied from this repository when the notebook is built, and a set-up cell installs the
+requirements this Python lacks. Before anything is written, a guard stops if a file of the same name there differs
+from the copy, so the notebook never overwrites someone's edits. tests/test_notebooks.py fails when a committed
+notebook differs from what this writes, and runs each one on CPU in an empty folder with the offline kit.
 """
 
+import ast
+import hashlib
 import re
 from pathlib import Path
 
@@ -15,18 +22,45 @@ import nbformat
 
 ROOT = Path(__file__).resolve().parent.parent
 RECIPES = ["gsm8k_grpo", "tool_use_grpo", "search_agent_grpo", "sft_warmstart"]
+# sft_warmstart.py imports the recipe named by --recipe at run time, so its notebook carries all of them.
+RUNTIME_IMPORTS = {"sft_warmstart": ["gsm8k_grpo", "tool_use_grpo", "search_agent_grpo"]}
 # Colab opens the notebook on a GPU runtime (the free T4) instead of asking the user to switch.
-# Every notebook's first code cell: on Colab, fetch the recipes (they import rewards.py) and install their requirements.
-REPO_URL = "https://github.com/grpo-recipes/grpo-recipes"
-COLAB_SETUP = f"""# On Colab: fetch the recipes, install their requirements. Elsewhere: run this in a clone.
-import sys
-if "google.colab" in sys.modules:
-    !git clone --depth 1 {REPO_URL}
-    !pip install -q -r grpo-recipes/requirements.txt
-    %cd grpo-recipes"""
 METADATA = {"accelerator": "GPU", "colab": {"gpuType": "T4", "provenance": []},
             "kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
             "language_info": {"name": "python"}}
+
+GUARD = '''# Never overwrite someone's work: stop if a file of the same name here differs from this notebook's copy of it.
+import hashlib
+from pathlib import Path
+
+COPIES = {copies}
+edited = [name for name, digest in COPIES.items()
+          if Path(name).exists() and hashlib.sha256(Path(name).read_bytes()).hexdigest() != digest]
+if edited:
+    raise FileExistsError(f"{{', '.join(edited)}} here differ from this notebook's copies: run the notebook in an "
+                          "empty folder, or rebuild it from your edited files with `python notebooks/build.py`.")'''
+
+INSTALL = '''# Install requirements.txt where this Python lacks a package or has one outside its range (on Colab: a few).
+from importlib.metadata import PackageNotFoundError, version
+
+from packaging.requirements import Requirement
+
+
+def unmet(line: str) -> bool:
+    requirement = Requirement(line)
+    try:
+        return not requirement.specifier.contains(version(requirement.name), prereleases=True)
+    except PackageNotFoundError:
+        return True
+
+
+wanted = [line.split("#")[0].strip() for line in Path("requirements.txt").read_text().splitlines()]
+missing = [line for line in wanted if line and unmet(line)]
+if missing:
+    print("installing", ", ".join(missing))
+    %pip install -q -r requirements.txt
+else:
+    print("every requirement is already installed")'''
 
 
 def docstring_as_markdown(docstring: str, recipe: str) -> str:
@@ -39,15 +73,56 @@ def docstring_as_markdown(docstring: str, recipe: str) -> str:
     return "\n\n".join(parts)
 
 
+def local_imports(source: str) -> set[str]:
+    """The modules of this repository that a source file imports (anywhere in it)."""
+    names = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module.split(".")[0])
+    return {name for name in names if (ROOT / f"{name}.py").is_file()}
+
+
+def carried_modules(recipe: str, code: str) -> list[str]:
+    """Every module of ours the notebook's code needs, following imports from module to module."""
+    needed, todo = set(), local_imports(code) | set(RUNTIME_IMPORTS.get(recipe, []))
+    while todo:
+        name = todo.pop()
+        needed.add(name)
+        todo |= local_imports((ROOT / f"{name}.py").read_text()) - needed - {recipe}
+    return sorted(needed - {recipe})
+
+
+def setup_cells(recipe: str, code: str) -> list[nbformat.NotebookNode]:
+    """A note on what the set-up does, the overwrite guard, one hidden %%writefile cell per file, the install."""
+    files = [f"{name}.py" for name in carried_modules(recipe, code)] + ["requirements.txt"]
+    copies = {name: hashlib.sha256((ROOT / name).read_bytes()).hexdigest() for name in files}
+    note = (f"## Set-up\nThis notebook carries the files it imports: the hidden cells below write "
+            f"{', '.join(f'`{name}`' for name in files)} next to it, copied from the grpo-recipes repository when "
+            "the notebook was built (`python notebooks/build.py`; edit the files there and rebuild, not these cells). "
+            "Then the last set-up cell installs the requirements this Python lacks.")
+    cells = [nbformat.v4.new_markdown_cell(note),
+             nbformat.v4.new_code_cell(GUARD.format(copies="{\n" + "".join(
+                 f"    {name!r}: {digest!r},\n" for name, digest in copies.items()) + "}"))]
+    for name in files:
+        source = f"%%writefile {name}\n{(ROOT / name).read_text()}"
+        cells.append(nbformat.v4.new_code_cell(source, metadata={"cellView": "form", "jupyter": {"source_hidden": True}}))  # collapsed
+    cells.append(nbformat.v4.new_code_cell(INSTALL))
+    return cells
+
+
 def build(recipe: str) -> nbformat.NotebookNode:
     notebook = jupytext.read(ROOT / f"{recipe}.py", fmt="py:percent")
     notebook.cells[0] = nbformat.v4.new_markdown_cell(docstring_as_markdown(notebook.cells[0].source, recipe))
     notebook.cells = [cell for cell in notebook.cells if "active-py" not in cell.metadata.get("tags", [])]
-    notebook.cells.insert(1, nbformat.v4.new_code_cell(COLAB_SETUP))
+    code = "\n".join(cell.source for cell in notebook.cells if cell.cell_type == "code")
+    notebook.cells[1:1] = setup_cells(recipe, code)
     for i, cell in enumerate(notebook.cells):
         cell.id = f"{recipe}-{i}"  # stable ids, so a rebuild of an unchanged script is byte-identical
         cell.metadata.pop("lines_to_next_cell", None)
-        cell.source = cell.source.strip("\n")
+        if not cell.source.startswith("%%writefile"):  # a copied file keeps its bytes
+            cell.source = cell.source.strip("\n")
     notebook.metadata = METADATA
     return notebook
 

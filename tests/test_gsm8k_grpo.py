@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 import gsm8k_grpo
-from trl import ModelConfig
+import plumbing
 from conftest import ROOT
 
 
@@ -73,82 +73,19 @@ def test_a_single_file_without_a_test_split_says_how_to_train_without_eval(tmp_p
 
 
 # ------------------------------------------------------------------------------------------ config and pre-flight
+def parse_args(argv: list[str]):
+    """The recipe's own options, parsed as its main() parses them."""
+    return plumbing.parse_args(gsm8k_grpo.ScriptArguments, gsm8k_grpo.RECIPE_DEFAULTS, argv,
+                               reward_weights=gsm8k_grpo.REWARD_WEIGHTS)
+
+
 def test_the_defaults_are_a_valid_one_gpu_config_with_the_recipe_rewards():
-    _, args, model_args = gsm8k_grpo.parse_args([])
+    _, args, model_args = parse_args([])
     assert model_args.model_name_or_path == "Qwen/Qwen2.5-1.5B-Instruct"
     assert args.generation_batch_size % args.num_generations == 0
     assert args.reward_weights == gsm8k_grpo.REWARD_WEIGHTS
     assert len(gsm8k_grpo.REWARD_FUNCS) == len(gsm8k_grpo.REWARD_WEIGHTS)
     assert args.eval_strategy == "steps"
-
-
-def test_on_cpu_the_config_picks_fp32_and_transformers_generation():
-    _, args, _ = gsm8k_grpo.parse_args([])
-    assert (args.bf16, args.fp16, args.use_vllm) == (False, False, False)
-
-
-@pytest.mark.parametrize("gpu, native_bf16, expected", [("T4", False, "fp16"), ("A100", True, "bf16")])
-def test_a_gpu_that_only_emulates_bf16_gets_fp16(gpu, native_bf16, expected, monkeypatch):
-    # torch.cuda.is_bf16_supported() says True on a T4 (Colab's free GPU) because it can emulate bf16, slowly.
-    import torch
-    from types import SimpleNamespace
-
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    def is_bf16_supported(including_emulation=True):
-        return including_emulation or native_bf16
-
-    monkeypatch.setattr(torch.cuda, "is_bf16_supported", is_bf16_supported)
-    args = SimpleNamespace(use_cpu=False, bf16=None, fp16=False)
-    assert gsm8k_grpo.default_precision(args) and ("bf16" if args.bf16 else "fp16" if args.fp16 else "fp32") == expected
-
-
-@pytest.mark.parametrize("recipe", ["gsm8k_grpo", "tool_use_grpo", "search_agent_grpo", "sft_warmstart"])
-def test_every_recipe_default_names_a_real_option(recipe):
-    # TrlParser drops an unknown default silently: a renamed TRL option (warmup_ratio, gone in transformers 5) would
-    # quietly stop applying. Each default must be a field of the recipe's dataclasses.
-    import dataclasses
-    import importlib
-
-    module = importlib.import_module(recipe)
-    config = module.RecipeSFTConfig if recipe == "sft_warmstart" else module.RecipeGRPOConfig
-    fields = {f.name for cls in (module.ScriptArguments, config, ModelConfig) for f in dataclasses.fields(cls)}
-    assert set(module.RECIPE_DEFAULTS) - fields == set()
-
-
-def test_yaml_overrides_recipe_defaults_and_the_command_line_overrides_yaml(tmp_path):
-    config = tmp_path / "c.yaml"
-    config.write_text(yaml.safe_dump({"learning_rate": 1e-4, "num_generations": 4, "beta": 0.04, "lora_r": 8}))
-    _, args, model_args = gsm8k_grpo.parse_args(["--config", str(config), "--learning_rate", "3e-6"])
-    assert args.learning_rate == 3e-6 and args.num_generations == 4 and args.beta == 0.04
-    assert model_args.lora_r == 8
-    assert args.max_completion_length == gsm8k_grpo.RECIPE_DEFAULTS["max_completion_length"]
-
-
-def test_the_gists_batch_of_one_with_sixteen_generations_is_rejected_with_the_fix():
-    argv = ["--per_device_train_batch_size", "1", "--gradient_accumulation_steps", "4", "--num_generations", "16"]
-    with pytest.raises(SystemExit, match=r"1 × 1 × 4 is not a multiple of num_generations=16: pass "
-                                         r"--per_device_train_batch_size 4 "):
-        gsm8k_grpo.parse_args(argv)
-    _, args, _ = gsm8k_grpo.parse_args([*argv, "--per_device_train_batch_size", "4"])
-    assert args.generation_batch_size == 16
-
-
-def test_an_eval_batch_that_cannot_hold_whole_groups_is_rejected_with_the_fix():
-    with pytest.raises(SystemExit, match=r"num_generations_eval=4: pass --per_device_eval_batch_size 4"):
-        gsm8k_grpo.parse_args(["--per_device_eval_batch_size", "6"])
-
-
-def test_batch_divisibility_accounts_for_the_number_of_processes(monkeypatch):
-    monkeypatch.setenv("WORLD_SIZE", "3")
-    with pytest.raises(SystemExit, match=r"8 × 3 × 4 is not a multiple of num_generations=7: pass "
-                                         r"--per_device_train_batch_size 14 "):
-        gsm8k_grpo.parse_args(["--num_generations", "7"])
-
-
-@pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vLLM is installed here")
-def test_use_vllm_without_vllm_says_how_to_install_it():
-    with pytest.raises(SystemExit, match=r"vLLM is not installed; `pip install 'trl\[vllm\]'`"):
-        gsm8k_grpo.parse_args(["--use_vllm"])
 
 
 def test_a_model_without_a_chat_template_is_refused_before_training(kit, tmp_path):

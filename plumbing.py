@@ -1,0 +1,264 @@
+"""The plumbing every recipe shares, so that a recipe file holds only what a person edits.
+
+A recipe keeps its model, defaults, data, system prompt, tools and rewards, and calls this module in a few lines
+(as TRL's own `scripts/grpo.py` imports its plumbing from `trl`):
+
+    script_args, training_args, model_args = plumbing.parse_args(ScriptArguments, RECIPE_DEFAULTS, argv)
+    tokenizer = plumbing.prepare(training_args, model_args, REWARD_FUNCS)
+    train_dataset, eval_dataset = plumbing.load_splits(build_dataset, script_args, training_args)
+    return plumbing.train(model_args, training_args, tokenizer, train_dataset, eval_dataset, REWARD_FUNCS)
+
+What is here: the config class with hardware-aware defaults (precision, vLLM), the pre-flight checks that fail in one
+line before a model loads (batch divisibility, model options, chat templates that TRL can parse tool calls from),
+wandb set-up, split loading, the trainer call with resume/save/plot, notebook arguments, and the training plots.
+Editing this file changes every recipe; editing a recipe changes only that recipe.
+"""
+
+import importlib.util
+import logging
+import math
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from datasets import Dataset, load_dataset
+from transformers import AutoTokenizer
+from trl import GRPOConfig, GRPOTrainer, ModelConfig, TrlParser, get_peft_config, get_quantization_config
+from trl.chat_template_utils import add_response_schema, supports_tool_calling
+
+import rewards
+
+logger = logging.getLogger("grpo-recipes")
+PLOT_FILE = "training_curves.png"
+# Sized for Colab's free T4 (16 GB, no native bf16): LoRA on the 0.5B model, 100 steps of 16 completions, evaluations
+# and checkpoints every 50 steps. A recipe's COLAB_ARGS adds its lengths; a notebook's NOTEBOOK_ARGS override both.
+COLAB_T4_ARGS = ["--model_name_or_path", "Qwen/Qwen2.5-0.5B-Instruct", "--use_peft", "--learning_rate", "2e-5",
+                 "--max_steps", "100", "--per_device_train_batch_size", "16", "--gradient_accumulation_steps", "1",
+                 "--eval_steps", "50", "--save_steps", "50", "--num_eval_examples", "64"]
+
+
+def arg(default, help: str):
+    """A dataclass field with its --help text, for a recipe's ScriptArguments."""
+    return field(default=default, metadata={"help": help})
+
+
+# ----------------------------------------------------------------------------------------------------------- config
+@dataclass
+class RecipeGRPOConfig(GRPOConfig):
+    """GRPOConfig whose precision and vLLM switch default to what this machine supports."""
+
+    use_vllm: bool | None = field(default=None, metadata={"nargs": "?", "const": True, "help": "Generate with vLLM. "
+                                  "Default: on when vLLM is installed and a CUDA GPU is present, off otherwise."})
+
+    def __post_init__(self):
+        cuda = default_precision(self)
+        vllm_installed = importlib.util.find_spec("vllm") is not None
+        if self.use_vllm is None:
+            self.use_vllm = cuda and vllm_installed
+        elif self.use_vllm and not vllm_installed:
+            sys.exit("--use_vllm: vLLM is not installed; `pip install 'trl[vllm]'` or drop --use_vllm.")
+        elif self.use_vllm and not cuda:
+            sys.exit("--use_vllm needs a CUDA GPU; drop --use_vllm to generate with transformers.")
+        check_batch_divisibility(self)
+        super().__post_init__()
+
+
+def default_precision(args) -> bool:
+    """Unless the user chose: bf16 where the GPU has it, fp16 otherwise (T4), fp32 on CPU. Returns: training on CUDA?"""
+    cuda = torch.cuda.is_available() and not args.use_cpu
+    if args.bf16 is None and not args.fp16:
+        args.bf16 = cuda and torch.cuda.is_bf16_supported(including_emulation=False)  # a T4 only emulates bf16
+        args.fp16 = cuda and not args.bf16
+    return cuda
+
+
+def check_batch_divisibility(args: GRPOConfig) -> None:
+    """Say in one line how to fix a batch that TRL would reject, naming the smallest working batch size."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    batch, n = args.per_device_train_batch_size, args.num_generations
+    steps = args.steps_per_generation or args.gradient_accumulation_steps
+    if args.generation_batch_size is None and (batch * world * steps) % n:
+        multiple = n // math.gcd(n, world * steps)
+        fix = math.ceil(batch / multiple) * multiple
+        sys.exit(f"per_device_train_batch_size × processes × steps_per_generation = {batch} × {world} × {steps} is "
+                 f"not a multiple of num_generations={n}: pass --per_device_train_batch_size {fix} or a smaller "
+                 "--num_generations.")
+    eval_batch, n_eval = args.per_device_eval_batch_size, args.num_generations_eval or n
+    if args.eval_strategy != "no" and (eval_batch * world) % n_eval:
+        sys.exit(f"per_device_eval_batch_size × processes = {eval_batch} × {world} is not a multiple of "
+                 f"num_generations_eval={n_eval}: pass --per_device_eval_batch_size {n_eval}.")
+
+
+def parse_args(script_arguments, defaults: dict, argv: list[str] | None = None, config_class=RecipeGRPOConfig,
+               **more_defaults):
+    """(script_args, training_args, model_args): the command line over a --config YAML over the recipe's defaults."""
+    parser = TrlParser((script_arguments, config_class, ModelConfig))
+    parser.set_defaults_with_config(**defaults, **more_defaults)
+    return parser.parse_args_and_config(argv)
+
+
+# ------------------------------------------------------------------------------------------------------- pre-flight
+def setup_wandb(training_args: GRPOConfig) -> None:
+    """Never block on wandb's interactive login: without credentials, log offline (sync later with `wandb sync`)."""
+    if "wandb" not in training_args.report_to:
+        return
+    if importlib.util.find_spec("wandb") is None:
+        sys.exit("--report_to wandb: wandb is not installed; `pip install wandb`.")
+    netrc_path = Path(os.environ.get("NETRC", Path.home() / ".netrc"))  # where `wandb login` stores the key
+    logged_in = netrc_path.is_file() and "api.wandb.ai" in netrc_path.read_text(errors="ignore")
+    if not (os.environ.get("WANDB_API_KEY") or logged_in or os.environ.get("WANDB_MODE")):
+        os.environ["WANDB_MODE"] = "offline"
+        logger.warning("wandb: no API key (WANDB_API_KEY or `wandb login`): logging offline; upload with `wandb sync`.")
+
+
+def check_model_options(training_args: GRPOConfig, model_args: ModelConfig, reward_funcs: list) -> None:
+    """Fail in one line on options TRL would only reject after loading the model."""
+    if len(training_args.reward_weights) != len(reward_funcs):
+        sys.exit(f"--reward_weights has {len(training_args.reward_weights)} values for {len(reward_funcs)} reward "
+                 f"functions ({', '.join(rewards.reward_name(f) for f in reward_funcs)}).")
+    quantized = model_args.load_in_4bit or model_args.load_in_8bit
+    if quantized and not model_args.use_peft:
+        sys.exit("--load_in_4bit/--load_in_8bit freeze the quantized model: add --use_peft to train LoRA adapters.")
+    if quantized and importlib.util.find_spec("bitsandbytes") is None:
+        sys.exit("--load_in_4bit/--load_in_8bit need bitsandbytes: `pip install bitsandbytes`.")
+    if model_args.load_in_4bit and model_args.dtype == "float32":  # QLoRA computes in half precision, not fp32
+        model_args.dtype = "bfloat16" if training_args.bf16 else "float16"
+
+
+def check_tool_template(tokenizer, model_name: str) -> None:
+    """TRL must be able to render tool calls with this chat template and parse them back out of completions."""
+    try:
+        add_response_schema(tokenizer)
+        parses = True
+    except ValueError:
+        parses = False
+    if not (parses and supports_tool_calling(tokenizer)):
+        raise SystemExit(f"{model_name}: TRL cannot parse tool calls with this chat template. Use a model from a "
+                         "family TRL supports for tool calling: Qwen2.5, Qwen3, Qwen3.5, Llama 3.1/3.2, GLM-4-MoE, "
+                         "gpt-oss, LFM2, Gemma 4 or DeepSeek-R1-Distill.")
+
+
+def prepare(training_args: GRPOConfig, model_args: ModelConfig, reward_funcs: list, tools: list | None = None):
+    """Logging, the checks TRL would only fail on after loading the model, wandb, and the tokenizer."""
+    rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+    logging.basicConfig(level=logging.INFO if rank == 0 else logging.WARNING, format="%(name)s: %(message)s")
+    if world > 1:  # one line per process, so a multi-GPU launch shows every rank came up
+        logger.warning(f"process {rank} of {world} ready")
+    if "OMP_NUM_THREADS" in os.environ:  # torch read it at import, before a YAML `env:` block could set it
+        torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+    check_model_options(training_args, model_args, reward_funcs)
+    generation = f"vLLM ({training_args.vllm_mode})" if training_args.use_vllm else "transformers" + (
+        " (install vLLM for faster generation)" if torch.cuda.is_available() else "")
+    precision = "bf16" if training_args.bf16 else "fp16" if training_args.fp16 else "fp32"
+    logger.info(f"precision {precision}; generation with {generation}")
+    logger.info("rubric:\n" + rewards.rubric_table(reward_funcs, training_args.reward_weights))
+    tokenizer = AutoTokenizer.from_pretrained(model_args.model_name_or_path, padding_side="left")
+    if tokenizer.chat_template is None:
+        sys.exit(f"{model_args.model_name_or_path} has no chat template; use an instruct/chat model or set "
+                 "tokenizer.chat_template before training.")
+    if tools:
+        check_tool_template(tokenizer, model_args.model_name_or_path)
+    setup_wandb(training_args)
+    training_args.model_init_kwargs = {"dtype": model_args.dtype, "revision": model_args.model_revision,
+                                       "attn_implementation": model_args.attn_implementation,
+                                       **(training_args.model_init_kwargs or {})}
+    return tokenizer
+
+
+# ------------------------------------------------------------------------------------------------------------- data
+def load_split(split: str, dataset_path: str | None = None, name="openai/gsm8k", config="main") -> Dataset:
+    """One split of a Hub dataset or of local data: a JSON/JSONL/parquet file (train only) or a folder of splits."""
+    if dataset_path is None:
+        return load_dataset(name, config, split=split)
+    if Path(dataset_path).is_dir():
+        return load_dataset(dataset_path, split=split)
+    file_format = "parquet" if dataset_path.endswith(".parquet") else "json"
+    return load_dataset(file_format, data_files={"train": dataset_path}, split=split)
+
+
+def load_splits(build, script_args, training_args: GRPOConfig) -> tuple[Dataset, Dataset | None]:
+    """`build("train")`, and `build("test")` cut to num_eval_examples when evaluating; bad data exits in one line."""
+    evaluate = training_args.eval_strategy != "no"
+    if evaluate and script_args.dataset_path and not Path(script_args.dataset_path).is_dir():
+        sys.exit(f"{script_args.dataset_path} is one file, so it has no held-out split: pass --eval_strategy no, "
+                 "or point --dataset_path at a folder with train.jsonl and test.jsonl.")
+    try:
+        train_dataset = build("train", script_args.dataset_path)
+        eval_dataset = build("test", script_args.dataset_path) if evaluate else None
+    except ValueError as err:  # a missing column or split: one line, not a traceback
+        sys.exit(str(err))
+    if eval_dataset is not None:
+        eval_dataset = eval_dataset.select(range(min(script_args.num_eval_examples, len(eval_dataset))))
+    return train_dataset, eval_dataset
+
+
+# ---------------------------------------------------------------------------------------------------------- trainer
+def train(model_args: ModelConfig, training_args: GRPOConfig, tokenizer, train_dataset, eval_dataset, reward_funcs,
+          **trainer_kwargs) -> GRPOTrainer:
+    """TRL's GRPOTrainer (with LoRA/QLoRA when asked), trained (resumed from a checkpoint when asked) and saved."""
+    trainer = GRPOTrainer(
+        model=model_args.model_name_or_path,
+        reward_funcs=reward_funcs,
+        args=training_args,
+        train_dataset=train_dataset,
+        eval_dataset=eval_dataset,
+        processing_class=tokenizer,
+        peft_config=get_peft_config(model_args),
+        quantization_config=get_quantization_config(model_args),
+        **trainer_kwargs,
+    )
+    trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+    trainer.save_model(training_args.output_dir)
+    if trainer.is_world_process_zero():
+        plot_training(trainer.state.log_history, Path(training_args.output_dir) / PLOT_FILE)
+    logger.info(f"saved the trained model and {PLOT_FILE} to {training_args.output_dir}")
+    return trainer
+
+
+# -------------------------------------------------------------------------------------------------------- notebooks
+def notebook_argv(argv: list[str], colab_argv: list[str]) -> list[str]:
+    """A notebook's flags; on Colab, the recipe's T4-sized flags go first and the notebook's own override them."""
+    if "google.colab" not in sys.modules:
+        return argv
+    print("Colab: T4-sized defaults " + " ".join(colab_argv) + " (NOTEBOOK_ARGS overrides them)")
+    return colab_argv + argv
+
+
+def plot_training(log_history: list[dict], path: Path) -> Path:
+    """Save each reward component, the total reward and the mean completion length (SFT: loss) over steps as a PNG."""
+    from matplotlib.figure import Figure  # not pyplot: no display backend needed, in a script or a notebook
+
+    keys = list(dict.fromkeys(k for e in log_history for k in e if k.startswith("rewards/") and k.endswith("/mean")))
+    keys += ["reward", "completions/mean_length"] if keys else ["loss", "mean_token_accuracy"]
+    keys = [k for k in keys if any(k in e or f"eval_{k}" in e for e in log_history)]
+    columns, rows = min(len(keys), 3) or 1, math.ceil(len(keys) / 3) or 1
+    figure = Figure(figsize=(4 * columns, 3 * rows), layout="constrained")
+    for i, key in enumerate(keys):
+        axes = figure.add_subplot(rows, columns, i + 1)
+        for prefix, style in (("", "-"), ("eval_", "o--")):  # training steps, then evaluations when there were any
+            points = [(e["step"], e[prefix + key]) for e in log_history if e.get(prefix + key) is not None]
+            if points:
+                axes.plot(*zip(*points), style, label="eval" if prefix else "train")
+        axes.set_title("total reward" if key == "reward" else key.removeprefix("rewards/").removesuffix("/mean"))
+        axes.set_xlabel("step")
+        axes.legend()
+    figure.savefig(path, dpi=90)
+    return Path(path)
+
+
+def show_training(output_dir: str | Path, trainer=None, n: int = 2) -> None:
+    """In a notebook: the curves the run saved, then a few completions from its last step with their rewards."""
+    from IPython.display import Image, display
+
+    display(Image(filename=str(Path(output_dir) / PLOT_FILE)))
+    logs = getattr(trainer, "_logs", None)  # GRPOTrainer keeps the latest generation batch here
+    for i in range(min(n, len(logs["completion"]) if logs else 0)):
+        scores = ", ".join(f"{name} {values[i]:.2f}" for name, values in logs["rewards"].items())
+        completion = logs["completion"][i]
+        turns = completion if isinstance(completion, list) else [{"role": "assistant", "content": completion}]
+        print(f"--- completion {i + 1} of the last step: {scores}")
+        for turn in turns:
+            calls = [f"[{c['function']['name']}({c['function']['arguments']})]" for c in turn.get("tool_calls") or []]
+            print(f"{turn['role']}: {turn.get('content') or ''}{' '.join(calls)}")
