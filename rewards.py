@@ -32,8 +32,10 @@ import warnings
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import wait as wait_for
+from fractions import Fraction
 from functools import lru_cache
 from pathlib import Path
+from typing import NamedTuple
 
 # ---------------------------------------------------------------------------------------------------------- parsers
 
@@ -135,58 +137,209 @@ def parse_number(text: str | None) -> float | None:
     return value if math.isfinite(value) else None
 
 
-_SIMPLE_FRACTION = re.compile(r"\\[dt]?frac\{(-?\d+)\}\{(-?\d+)\}|(-?\d+)\s*/\s*(\d+)", re.ASCII)
-_OPERATOR = re.compile(r"\\(?![%$])|[\^*+=/()]")  # anything beyond a number: '\sqrt{324}', '2^{4}', 'x = 18'
-
-
-def parse_plain_value(text: str | None) -> float | None:
-    r"""A plain number or a simple fraction ('18', '$1,800', '**18**', '3/4', '\frac{3}{4}'), else None.
-
-    None for anything with an operator or LaTeX command beyond \boxed and \frac ('\sqrt{324}' is not 324): such
-    answers are expressions, for math-verify.
-    """
-    if not isinstance(text, str) or len(text) > 1000:
-        return None
-    bare = text.strip().strip("$*_").strip().rstrip(".")  # $…$ math and **bold** / _italic_ markdown
-    boxed = extract_boxed_answer(bare) if bare.startswith("\\boxed") and bare.endswith("}") else None
-    inner = bare if boxed is None else boxed
-    fraction = _SIMPLE_FRACTION.fullmatch(inner)
-    if fraction:
-        numerator, denominator = fraction.group(1, 2) if fraction.group(1) is not None else fraction.group(3, 4)
-        return int(numerator) / int(denominator) if int(denominator) else None
-    return None if _OPERATOR.search(inner) else parse_number(inner)
-
-
 # ------------------------------------------------------------------------------------------------------ equivalence
+# answers_match credits a prediction only when the WHOLE answer is one expression equal to the gold. Both sides are
+# first read the same way (`_read_answer`): delimiters, \boxed, \left/\right, spacing and thousands separators go; a
+# trailing unit is split off (and must not change the value: '5 thousand' is not 5); a leading `x =` goes. Then:
+# equal text, or two plain numbers compared exactly (fast path), or math-verify on one LaTeX expression each, checked
+# to have read all of it (slow path). Before the slow path, anything that makes the answer more than one expression is
+# refused: prose, lists, `\pm`, dots, relations or separators the gold does not have.
 
 VERIFY_STATS: Counter = Counter()  # how answers_match decided: fast, slow, rejected, timeout (for benchmarks)
-_EXPRESSION_HINT = re.compile(r"[\\/^*+()]|frac|sqrt|pi")
-_LIST_SEPARATOR = re.compile(r"[,;=]|\\\\|\\text|\\quad|\b(?:or|and|then|no)\b")  # '17, 18', '17 \\ 18', '2 * 9 = 18'
+MAX_ANSWER_CHARS = 200  # longer is not one final answer
+
+# Non-ASCII a model may write for LaTeX; any other (√, ², ½, other scripts' digits) makes an answer unreadable here.
+_UNICODE_MATH = {"\u2212": "-", "\u2013": "-", "\u00d7": r"\times ", "\u00f7": r"\div ", "\u22c5": r"\cdot ",
+                 "\u00b7": r"\cdot ", "\u03c0": r"\pi ", "\u2264": r"\le ", "\u2265": r"\ge ", "\u2260": r"\ne ",
+                 "\u00b0": r"^\circ", "\u20ac": r"\euro ", "\u00a3": r"\pound ", "\u221e": r"\infty "}
+_THOUSANDS = re.compile(r"(?<![\d.])([1-9]\d{0,2}(?:,\d{3})+)(?![\d,]|\.\d*,)", re.ASCII)  # '1,800' (not '0,111')
+_LATEX_THOUSANDS = re.compile(r"(?<=\d)(?:\{,\}|,\\!|\\,|\\!|\{\\,\}|\\;)(?=\d{3}(?!\d))")  # 32,\!349  14{,}916
+_MATH_DELIMITER = re.compile(r"(?<!\\)\$+|\\[()\[\]]")
+_SPACING = re.compile(r"\\(?:[,;:! ]|quad|qquad|enspace|thinspace)|~")
+_SIZING = re.compile(r"\\(?:left|right|big|Big|bigg|Bigg)[lr]?(?![A-Za-z])|\\displaystyle|\\textstyle")
+_TEXT_COMMAND = re.compile(r"\\(?:textbf|textrm|textit|textnormal|mbox|mathrm|mathbf|mathit|rm|text)\s*(?=\{)")
+# What may stand left of the one '=' of an answer and be dropped: 'x = 5', 'a_1 = 5', 'f(x) = 5', '(p, q) = (3, 2)'.
+# A gold answer (trusted) may name anything there without digits: '|AB| = 1', 'V_{1}:V_{2} = 11:21'.
+_ASSIGNMENT = re.compile(r"^(?:[A-Za-z](?:_\{?\w+\}?)?(?:\([A-Za-z]\))?|\([A-Za-z](?:,[A-Za-z])*\))(?:=(?=[^=]+$)|\\in"
+                         r"(?![A-Za-z]))", re.ASCII)
+_NAMED = re.compile(r"^([^=,;]+)=(?=[^=]+$)")
+_CURRENCY = {r"\$": "$", r"\euro": "€", r"\pound": "£"}
+_PERCENT = re.compile(r"\s*(?:\\%|%)$")
+_DEGREES = re.compile(r"\s*(?:\^\s*\{\s*\\circ\s*\}|\^\s*\\circ|\\circ|\\degree)$")
+_UNIT_TEXT = re.compile(r"\s*(?:\\text\{([^{}]*)\}|(?<=[\d}\s])([A-Za-z][A-Za-z ./-]*?))(\^\{?[23]\}?)?$", re.ASCII)
+# Units shorter than three letters are read only from this list: '5x' and '5 ab' are products, not units.
+_SHORT_UNITS = {"cm", "mm", "km", "kg", "mg", "ml", "ft", "in", "lb", "oz", "mi", "hr", "yd", "sq", "m2", "rs"}
+# Words that change what the number means, so they can never be a unit: '5 thousand' is not 5, 'not 5' is not 5.
+_NOT_UNITS = set("""
+zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen seventeen
+eighteen nineteen twenty thirty forty fifty sixty seventy eighty ninety hundred thousand million billion trillion
+dozen score lakh crore bn mn mil bil k grand gross myriad thousandth hundredth tenth half halves third quarter fourth
+fifth sixth seventh eighth ninth squared cubed square cube root factorial times plus minus over divided by power less
+more fewer than least most about approx approximately around roughly nearly almost under above below at or and then
+not no never nope wrong incorrect false except but instead maybe perhaps possibly either neither nor to from between
+per each negative positive th st nd rd""".split())
+_WORDS = re.compile(r"[A-Za-z]+", re.ASCII)
+_FUNCTION_NAMES = {"sin", "cos", "tan", "sec", "csc", "cot", "arcsin", "arccos", "arctan", "sinh", "cosh", "tanh",
+                   "log", "ln", "exp", "sqrt", "pi", "infty", "inf", "gcd", "lcm", "max", "min", "det", "mod"}
+_RELATIONS = re.compile(r"<|>|=|\\(?:le|leq|ge|geq|lt|gt|ne|neq|leqslant|geqslant|approx|sim|simeq|equiv|cong|"
+                        r"propto|in|notin|ni|subset|subseteq|supset|supseteq|to|rightarrow|Rightarrow|implies|iff|"
+                        r"Leftrightarrow|mid)(?![A-Za-z])")
+# Marks a prediction may use only where the gold does: separators of several answers, '\pm', dots, a base ('5_{8}').
+_ONLY_WHERE_GOLD_HAS = re.compile(r"[,;&']|\\\\|\\(?:pm|mp|ldots|cdots|dots|vdots|lor|vee|land|wedge|cup|cap|prime)"
+                                  r"(?![A-Za-z])|\.\.|(?<=\d)_")
+_PLAIN_NUMBER = re.compile(r"([+-]?)(\d+(?:\.\d+)?|\.\d+)", re.ASCII)
+_PLAIN_FRACTION = re.compile(r"([+-]?)(?:\\frac(?:\{(\d+)\}|(\d))(?:\{(\d+)\}|(\d))|(\d+)\s*/\s*(\d+))", re.ASCII)
+
+
+def _tidy(text: str) -> str | None:
+    """An answer without the wrapping that does not change its value, or None if it cannot be one answer."""
+    text = "".join(_UNICODE_MATH.get(ch, ch) for ch in text)
+    text = text.replace(">=", r"\ge ").replace("<=", r"\le ").replace("!=", r"\ne ")
+    if not text.isascii():
+        return None
+    delimiters = _MATH_DELIMITER.findall(text)
+    if len(delimiters) > 2:  # '$5$ or $6$': several math segments
+        return None
+    text = _MATH_DELIMITER.sub(" ", text)  # one segment: '$28$ percent' reads as '28 percent'
+    for _ in range(4):  # wrappers nest: '**\boxed{18}**.'
+        text = text.strip().strip("*_").strip()
+        text = text[:-1] if text.endswith(".") and not text.endswith("..") else text  # a full stop, not '5...'
+        if re.fullmatch(r"\\(?:boxed|fbox)\s*\{.*\}", text, re.DOTALL):
+            text = extract_boxed_answer(text.replace(r"\fbox", r"\boxed"))
+            if text is None:
+                return None
+    text = _SIZING.sub("", text).replace(r"\dfrac", r"\frac").replace(r"\tfrac", r"\frac").replace(r"\cfrac", r"\frac")
+    text = _SPACING.sub(" ", _LATEX_THOUSANDS.sub(",", text))
+    text = _THOUSANDS.sub(lambda m: m.group(1).replace(",", ""), _TEXT_COMMAND.sub(r"\\text", text))
+    text = re.sub(r"(?<![\d.])\.(?=\d)", "0.", text)  # '.5' is 0.5
+    text = re.sub(r"\s+", " ", text).strip()
+    if re.search(r"\d \.?\d", text):  # '5 6' or '1 000': two numbers, or a separator this cannot read
+        return None
+    return re.sub(r" (?=[^A-Za-z0-9])|(?<=[^A-Za-z0-9]) ", "", text)  # spaces matter only between two words
+
+
+def _is_unit(words: str) -> bool:
+    names = _WORDS.findall(words.lower())
+    return 0 < len(names) <= 4 and all((len(name) >= 3 or name in _SHORT_UNITS) and not {
+        name, name.removesuffix("s")} & _NOT_UNITS for name in names)  # 'lakhs' is 'lakh'
+
+
+def _split_unit(text: str) -> tuple[str, str]:
+    """(the expression, its unit): '\\$5' -> ('5', '$'), '125\\text{ miles}' -> ('125', 'mile'), '5x' -> ('5x', '')."""
+    for prefix, unit in _CURRENCY.items():
+        if text.startswith(prefix):
+            return text[len(prefix):].strip(), unit
+    for pattern, unit in ((_PERCENT, "%"), (_DEGREES, "°")):
+        if pattern.search(text):
+            return pattern.sub("", text), unit
+    found = _UNIT_TEXT.search(text)
+    words = found and (found.group(1) if found.group(1) is not None else found.group(2))
+    if found and found.start() > 0 and _is_unit(words):
+        names = [name.removesuffix("s") for name in _WORDS.findall(words.lower())]
+        unit = {"dollar": "$", "euro": "€", "pound": "£", "degree": "°", "percent": "%", "pct": "%",
+                "percentage": "%"}.get(" ".join(names))
+        return text[:found.start()].strip(), unit or " ".join(names) + (found.group(3) or "").replace("{", "")
+    return text, ""
+
+
+class _Answer(NamedTuple):
+    expression: str  # '\frac{1}{2}', '125', '2x-3'
+    unit: str  # '', '%', '°', '$', 'mile', 'cm^2'
+    name: str  # what stood left of '=': 'x' in 'x = 5'
+
+
+def _read_answer(text, is_gold: bool = False) -> _Answer | None:
+    """An answer as answers_match compares it, or None when it is not one answer."""
+    if text is None or len(str(text)) > MAX_ANSWER_CHARS * 5:
+        return None
+    tidy = _tidy(str(text))
+    if not tidy:
+        return None
+    expression, unit = _split_unit(tidy)
+    named = _NAMED.match(expression) if is_gold else None
+    if not (named and not re.search(r"\d", re.sub(r"_\{?\w+\}?", "", named.group(1)))):
+        named = _ASSIGNMENT.match(expression)
+    name = named.group().removesuffix("=").removesuffix("\\in") if named else ""
+    expression = expression[named.end():] if named else expression
+    if expression.startswith("\\text{") and expression.endswith("}") and expression.count("{") == 1:
+        expression = expression[6:-1].strip()  # a text answer: '\text{Evelyn}', '\text{(C)}'
+    return _Answer(expression, unit, name) if expression else None
+
+
+def _plain_value(expression: str) -> Fraction | None:
+    """The exact value of a plain number or a fraction of two integers ('18', '-0.5', '\\frac{1}{2}', '3/4')."""
+    if number := _PLAIN_NUMBER.fullmatch(expression):
+        return Fraction(number.group(1) + number.group(2))
+    if fraction := _PLAIN_FRACTION.fullmatch(expression):
+        sign, *parts = fraction.groups()
+        numerator, denominator = [int(p) for p in parts if p is not None]
+        return Fraction(-numerator if sign == "-" else numerator, denominator) if denominator else None
+    return None
+
+
+def _is_prose(expression: str) -> bool:
+    """Words beyond single-letter variables and function names: 'the answer is 5', '5 or 6', '5\\text{ thousand}'."""
+    return any(word not in _FUNCTION_NAMES for word in re.findall(r"(?<![\\A-Za-z])[A-Za-z]{2,}",
+                                                                   re.sub(r"\\[A-Za-z]+", " ", expression)))
+
+
+def _units_agree(predicted: str, gold: str) -> bool:
+    return not predicted or not gold or predicted == gold  # a unit the gold leaves implicit is not checked
+
+
+def _values_agree(predicted: Fraction, predicted_unit: str, gold: Fraction, gold_unit: str) -> bool:
+    if predicted == gold:
+        return True
+    if predicted_unit == "%" and gold_unit != "%":  # 28% is 0.28
+        return predicted / 100 == gold
+    if gold_unit == "%" and predicted_unit != "%":
+        return predicted == gold / 100
+    return False
 
 
 def answers_match(predicted: str | None, gold) -> bool:
-    r"""Whether a predicted answer equals the gold one, mathematically.
+    r"""Whether a predicted answer, as a whole, is one expression mathematically equal to the gold one.
 
-    Fast path: both are plain numbers or simple fractions ('18', '$1,800', '3/4'), compared numerically. Slow path:
-    anything else that
-    looks like one math expression ('\frac{36}{2}', '2 * 9', gold '\frac{1}{2}' vs '0.5') goes to math-verify, which
-    must read the WHOLE answer as that expression: math-verify alone picks the last number of '17 then 18', which
-    would reward listing guesses. Answers over 200 characters are never expressions.
+    Equal: '18', '18.0', '$18', '18 dollars', '\boxed{18}', '1,800' (gold 1800), '.5' and '\frac12' (gold 0.5),
+    '\frac{36}{2}', '2 * 9', '\sqrt{324}' (gold 18), 'x = \frac{1}{2}', '125\text{ miles}', '90^\circ' (gold 90),
+    '28\%' (gold 28 or 0.28), '32,\!349', symbolic answers ('\pi', 'y+x' for 'x+y'), tuples and intervals when the
+    gold is one. Never equal: several answers ('17, 18', '17 or 18', '\pm 3', '17 \\ 18'), prose around a number
+    ('the answer is 18', 'AZYUK2A'), a relation the gold does not have ('x < 5' for 5 or for 'x > 5'), a different
+    value ('5!', '2\sqrt{3}' for 2, '5\text{ thousand}' for 5, '0,111' for 111), units that differ from the gold's.
+    Plain numbers are compared exactly in-process (fast path); other expressions go to math-verify (slow path), in a
+    killable child process, which must read the whole answer. Answers over MAX_ANSWER_CHARS are never one answer.
     """
-    if not isinstance(predicted, str) or gold is None:
+    if not isinstance(predicted, str) or gold is None or len(predicted) > MAX_ANSWER_CHARS:
         return False
-    gold = str(gold).strip()
-    predicted_value, gold_value = parse_plain_value(predicted), parse_plain_value(gold)
-    if predicted_value is not None and gold_value is not None:
+    simple, simple_gold = _PLAIN_NUMBER.fullmatch(predicted.strip()), _PLAIN_NUMBER.fullmatch(str(gold).strip())
+    if simple and simple_gold:  # GSM8K's common case, before any other reading: '18' against '18'
         VERIFY_STATS["fast"] += 1
-        return math.isclose(predicted_value, gold_value, rel_tol=1e-9, abs_tol=1e-9)
-    several_numbers = len(_number_tokens(predicted)) > 1
-    if len(predicted) > 200 or not re.search(r"\d", predicted, re.ASCII) or (several_numbers and (
-            _LIST_SEPARATOR.search(predicted) or not _EXPRESSION_HINT.search(predicted))):
-        VERIFY_STATS["rejected"] += 1  # no digits, a list of numbers, or far too long to be one expression
+        return Fraction(simple.group()) == Fraction(simple_gold.group())
+    read_predicted, read_gold = _read_answer(predicted), _read_answer(gold, is_gold=True)
+    if read_predicted is None or read_gold is None:
+        VERIFY_STATS["rejected"] += 1
+        return False
+    (expression, unit, name), (gold_expression, gold_unit, gold_name) = read_predicted, read_gold
+    if not _units_agree(unit, gold_unit) or (name and gold_name and name != gold_name):  # 'y = 5' for 'x = 5'
+        VERIFY_STATS["rejected"] += 1
+        return False
+    value, gold_value = _plain_value(expression), _plain_value(gold_expression)
+    if value is not None and gold_value is not None:
+        VERIFY_STATS["fast"] += 1
+        return _values_agree(value, unit, gold_value, gold_unit)
+    if expression == gold_expression or _is_prose(gold_expression):  # text answers ('Evelyn') are compared as text
+        VERIFY_STATS["fast"] += 1
+        return expression.casefold() == gold_expression.casefold() and unit in ("", gold_unit)
+    allowed = {m.group() for m in _ONLY_WHERE_GOLD_HAS.finditer(gold_expression)}
+    if _RELATIONS.search(gold_expression) or r"\pm" in allowed:  # '0 < x < 1' is '(0,1)'; '\pm 2' is '\{-2, 2\}'
+        allowed |= {",", r"\cup"}
+    if (_is_prose(expression) or len(_RELATIONS.findall(expression)) > len(_RELATIONS.findall(gold_expression))
+            or any(m.group() not in allowed for m in _ONLY_WHERE_GOLD_HAS.finditer(expression))):
+        VERIFY_STATS["rejected"] += 1  # more than one expression, or a relation the gold lacks
         return False
     VERIFY_STATS["slow"] += 1
-    return _math_verify_equal(predicted, gold) is True
+    percent = r"\%" if unit == "%" else ""
+    return _math_verify_equal(expression + percent, gold_expression + (r"\%" if gold_unit == "%" else "")) is True
 
 
 @lru_cache(maxsize=8192)  # a group of completions often repeats an answer; a hang is cached too, not retried
@@ -259,30 +412,30 @@ class _MathVerifyWorker:
 _MATH_VERIFY = _MathVerifyWorker()
 
 
-def _bare(expression: str) -> str:
-    """An answer without whitespace, math delimiters, a \\boxed{} wrapper or a final period, for comparing spans."""
-    expression = re.sub(r"\s|\$|\\[()\[\]]", "", expression)
-    boxed = extract_boxed_answer(expression)
-    return (expression if boxed is None else boxed).rstrip(".")
-
-
 def _math_verify_server() -> None:
-    """The child side of _MathVerifyWorker: JSON [predicted, gold] lines in, true/false/null lines out."""
-    from math_verify import parse, verify
+    """The child side of _MathVerifyWorker: JSON [predicted, gold] lines in, true/false/null lines out.
+
+    Both sides are parsed as LaTeX and must be read WHOLE: math-verify returns the text it parsed, normalised, and
+    that must be the whole answer normalised the same way. Its unit stripping is off: it reads '5h' and
+    '5\\text{ thousand}' as 5; answers_match splits off the units it accepts before asking.
+    """
+    from latex2sympy2_extended.math_normalization import NormalizationConfig, normalize_latex
+    from math_verify import LatexExtractionConfig, parse, verify
+
+    normalization = NormalizationConfig(basic_latex=True, units=False, malformed_operators=True, nits=True,
+                                        boxed="all", equations=False)
+    config = LatexExtractionConfig(normalization_config=normalization)
 
     @lru_cache(maxsize=1024)
-    def parse_gold(gold: str):
-        return parse(gold if "$" in gold or "\\" in gold else f"${gold}$", parsing_timeout=2)
+    def read_whole(expression: str) -> list:
+        parsed = parse(f"${expression}$", [config], parsing_timeout=2)
+        return parsed if len(parsed) == 2 and parsed[1] == normalize_latex(expression, normalization) else []
 
     print("ready", flush=True)
     for line in sys.stdin:
         try:
-            predicted, gold = json.loads(line)
-            delimited = re.search(r"\$|\\[(\[]|\\boxed", predicted)  # math-verify reads LaTeX only between delimiters
-            parsed = parse(predicted if delimited else f"${predicted}$", parsing_timeout=2)
-            # math-verify returns [expression, the text it read]: require that text to be the whole answer.
-            covers = len(parsed) == 2 and _bare(parsed[1]) == _bare(predicted)
-            result = bool(covers and verify(parse_gold(gold), parsed, timeout_seconds=2))
+            predicted, gold = (read_whole(side) for side in json.loads(line))
+            result = bool(predicted and gold and verify(gold, predicted, timeout_seconds=2))
         except Exception:  # noqa: BLE001 - a bad answer is a wrong answer, never a dead worker
             result = None
         print(json.dumps(result), flush=True)
@@ -318,11 +471,13 @@ def _gold_text(gold) -> str | None:
 
 
 def correctness_reward(completions, answer, answer_tag="answer", reasoning_tag="reasoning", **kwargs) -> list[float]:
-    r"""1.0 when the single answer block equals the gold answer (numerically, or by math-verify), else 0.0.
+    r"""1.0 when the single answer block, as a whole, equals the gold answer (answers_match), else 0.0.
 
-    '18', '18.0', '$18', '18 dollars', '\boxed{18}' and '\frac{36}{2}' all match gold 18; '1,800' matches 1800.
-    Gaming it: listing several numbers, writing several answer blocks, hiding the answer in the reasoning, or an
-    answer that only contains the right number among others all earn 0.0, so guessing does not pay.
+    '18', '18.0', '$18', '18 dollars', '\boxed{18}' and '\frac{36}{2}' all match gold 18; '1,800' matches 1800;
+    LaTeX golds (MATH) are read as LaTeX: '\frac13' matches '\frac{1}{3}'.
+    Gaming it: listing several numbers, writing several answer blocks, hiding the answer in the reasoning, prose
+    around the number, or the gold's number inside a different value ('18!', '18 thousand', 'x < 18') all earn 0.0,
+    so guessing does not pay.
     """
     def score(completion, gold) -> float:
         predicted = extract_xml_answer(completion_text(completion), answer_tag, reasoning_tag)
@@ -579,8 +734,9 @@ def normalize_answer(text: str) -> str:
 
 
 def _golds(gold) -> list[str]:
-    """A gold answer may be one string or a list of accepted aliases."""
-    return [str(g) for g in gold] if isinstance(gold, (list, tuple)) else [str(gold)]
+    """A gold answer may be one string or a list of accepted aliases; None is no answer at all (not the word 'None')."""
+    aliases = gold if isinstance(gold, (list, tuple)) else [gold]
+    return [str(g) for g in aliases if g is not None]
 
 
 def answer_anywhere(text: str, gold) -> bool:
@@ -590,8 +746,9 @@ def answer_anywhere(text: str, gold) -> bool:
         return False
     golds = _golds(gold)
     numbers = [parse_number(token) for token in _number_tokens(text)]
+    gold_values = [_plain_value(read.expression) for read in map(_read_answer, golds) if read is not None]
     return any(numbers_value is not None and gold_value is not None and math.isclose(numbers_value, gold_value)
-               for gold_value in map(parse_plain_value, golds) for numbers_value in numbers) or any(
+               for gold_value in gold_values for numbers_value in numbers) or any(
         normalize_answer(g) and f" {normalize_answer(g)} " in f" {normalize_answer(text)} " for g in golds)
 
 
@@ -636,7 +793,7 @@ def token_f1_reward(completions, answer, answer_tag="answer", reasoning_tag="rea
 
     def score(completion, gold) -> float:
         predicted = extract_xml_answer(completion_text(completion), answer_tag, reasoning_tag)
-        return 0.0 if predicted is None else max(f1(predicted, g) for g in _golds(gold))
+        return 0.0 if predicted is None else max((f1(predicted, g) for g in _golds(gold)), default=0.0)
 
     return _score_each(score, completions, answer)
 

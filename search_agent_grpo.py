@@ -205,7 +205,8 @@ REWARD_FUNCS, REWARD_WEIGHTS = rewards.combine({
 
 # %% [markdown]
 # ## Trainer
-# The shared pre-flight checks (tool-call template included) and trainer, with `tools=TOOLS`. Retrieved text is masked out of the loss.
+# The shared pre-flight checks (tool-call template included) and trainer, with `tools=TOOLS`. Retrieved text is
+# masked out of the loss.
 
 # %%
 def main(argv: list[str] | None = None) -> GRPOTrainer:

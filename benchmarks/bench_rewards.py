@@ -1,4 +1,5 @@
-"""Throughput of the GSM8K rubric (gsm8k_grpo.REWARD_FUNCS) against a naive gist-style rubric, on 10,000 completions.
+"""Throughput of the GSM8K rubric (gsm8k_grpo.REWARD_FUNCS) against a naive gist-style rubric, on 10,000 completions;
+then correctness_reward alone on MATH-style LaTeX answers.
 
     python benchmarks/bench_rewards.py [--n 10000] [--seed 0]
 
@@ -6,7 +7,8 @@ The naive baseline is the original GRPO gist's rubric shape, written here for co
 <answer> block and exact string match for correctness, plus its integer check, two format regexes and tag count.
 Both rubrics score the same completions in batches of 64 (as TRL calls them); the script prints completions/second,
 the share of answers that took math-verify's slow path, and how often each rubric's correctness agrees with the
-label the generator knows to be true.
+label the generator knows to be true. The MATH-style part scores LaTeX golds against equivalent spellings and wrong
+answers that share a number with the gold, and prints its slow-path share and cost per answer.
 """
 
 import argparse
@@ -65,6 +67,27 @@ def make_completion(rng: random.Random) -> tuple[str, str, bool]:
     return wrap(gold + 1) + " and so on" * 200, str(gold), False
 
 
+def make_math_completion(rng: random.Random) -> tuple[str, str, bool]:
+    """(completion text, LaTeX gold, truth) for MATH-style answers: fractions, roots, pi, percents, intervals."""
+    (a, b), c = rng.sample(range(2, 10), 2), rng.randint(2, 30)  # a != b: a/b and b/a differ, a√b is not √b
+    golds = {  # gold: (equivalent spellings, wrong answers that share a number with it)
+        f"\\frac{{{a}}}{{{b}}}": ([f"\\frac{a}{b}", f"\\dfrac{{{a}}}{{{b}}}", f"{a}/{b}",
+                                 f"\\frac{{{2 * a}}}{{{2 * b}}}"],
+                                [f"\\frac{{{b}}}{{{a}}}", f"{a}", f"\\frac{{{a}}}{{{b}}}, \\frac{{{b}}}{{{a}}}"]),
+        f"{a}\\sqrt{{{b}}}": ([f"{a}\\sqrt{b}", f"\\sqrt{{{a * a * b}}}"],
+                             [f"{a}", f"\\sqrt{{{b}}}", f"{a}\\sqrt{{{b + 1}}}"]),
+        f"{a}\\pi": ([f"{a} \\pi", f"\\pi \\cdot {a}"], [f"{a}", f"{a}\\pi^2", f"{a}\\pi \\text{{ or }} {b}"]),
+        f"{c}\\%": ([f"{c}", f"{c} percent"], [f"{c + 1}\\%", f"{c} thousand"]),
+        f"[{a}, {a + b})": ([f"[{a},{a + b})", f"\\left[{a}, {a + b}\\right)"], [f"[{a}, {a + b}]", f"{a}"]),
+        f"x^2+{c}": ([f"{c}+x^2", f"x^{{2}} + {c}"], [f"x^2", f"x^2-{c}", f"x^2+{c}=0"]),
+    }
+    gold = rng.choice(sorted(golds))
+    right, wrong = golds[gold]
+    correct = rng.random() < 0.5
+    answer = rng.choice(right if correct else wrong)
+    return f"<reasoning>\nworking\n</reasoning>\n<answer>\n{answer}\n</answer>", gold, correct
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=10_000)
@@ -109,6 +132,25 @@ def main() -> None:
           f"{rewards.VERIFY_STATS['slow'] / max(decided, 1):.1%}, {slow_seconds:.2f} s in math-verify "
           f"({1000 * slow_seconds / max(rewards.VERIFY_STATS['slow'], 1):.1f} ms an answer); without it the rubric "
           f"would run at {args.n / (seconds - slow_seconds):,.0f} completions/s")
+
+    math_data = [make_math_completion(rng) for _ in range(args.n // 10)]
+    rewards.VERIFY_STATS.clear()
+    slow_seconds = 0.0
+    start = time.perf_counter()
+    credited = []
+    for i in range(0, len(math_data), 64):
+        batch = math_data[i:i + 64]
+        credited += rewards.correctness_reward([[{"role": "assistant", "content": t}] for t, _, _ in batch],
+                                               answer=[gold for _, gold, _ in batch])
+    seconds = time.perf_counter() - start
+    truth = [ok for _, _, ok in math_data]
+    false_credit = sum(bool(c) and not t for c, t in zip(credited, truth))
+    missed = sum(t and not c for c, t in zip(credited, truth))
+    print(f"MATH-style answers: {len(math_data) / seconds:9,.0f} completions/s, correctness agrees with truth on "
+          f"{sum(bool(c) == t for c, t in zip(credited, truth)) / len(math_data):.1%} (credited wrongly "
+          f"{false_credit}, missed {missed}); slow path share {rewards.VERIFY_STATS['slow'] / len(math_data):.1%}, "
+          f"{1000 * slow_seconds / max(rewards.VERIFY_STATS['slow'], 1):.1f} ms an answer in math-verify "
+          f"({dict(rewards.VERIFY_STATS)})")
 
 
 if __name__ == "__main__":

@@ -29,7 +29,7 @@ METADATA = {"accelerator": "GPU", "colab": {"gpuType": "T4", "provenance": []},
             "kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
             "language_info": {"name": "python"}}
 
-GUARD = '''# Never overwrite someone's work: stop if a file of the same name here differs from this notebook's copy of it.
+GUARD = '''# Never overwrite someone's work: stop if a file of that name here differs from this notebook's copy of it.
 import hashlib
 from pathlib import Path
 
@@ -40,7 +40,7 @@ if edited:
     raise FileExistsError(f"{{', '.join(edited)}} here differ from this notebook's copies: run the notebook in an "
                           "empty folder, or rebuild it from your edited files with `python notebooks/build.py`.")'''
 
-INSTALL = '''# Install requirements.txt where this Python lacks a package or has one outside its range (on Colab: a few).
+INSTALL = '''# Install requirements.txt where this Python lacks a package or has one outside its range (Colab: a few).
 from importlib.metadata import PackageNotFoundError, version
 
 from packaging.requirements import Requirement
@@ -107,7 +107,8 @@ def setup_cells(recipe: str, code: str) -> list[nbformat.NotebookNode]:
                  f"    {name!r}: {digest!r},\n" for name, digest in copies.items()) + "}"))]
     for name in files:
         source = f"%%writefile {name}\n{(ROOT / name).read_text()}"
-        cells.append(nbformat.v4.new_code_cell(source, metadata={"cellView": "form", "jupyter": {"source_hidden": True}}))  # collapsed
+        collapsed = {"cellView": "form", "jupyter": {"source_hidden": True}}  # in Colab and in JupyterLab
+        cells.append(nbformat.v4.new_code_cell(source, metadata=collapsed))
     cells.append(nbformat.v4.new_code_cell(INSTALL))
     return cells
 

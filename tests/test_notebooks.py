@@ -81,7 +81,8 @@ def test_each_notebook_runs_headless_on_cpu_from_an_empty_folder_and_plots_its_t
     notebook.cells.append(nbformat.v4.new_code_cell(
         "import pathlib, rewards, plumbing\n"
         "assert {pathlib.Path(m.__file__).parent for m in (rewards, plumbing)} == {pathlib.Path.cwd()}"))
-    NotebookClient(notebook, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(folder)}}).execute()
+    NotebookClient(notebook, timeout=300, kernel_name="python3",
+                   resources={"metadata": {"path": str(folder)}}).execute()
 
     for name in CARRIED[recipe] + ["requirements.txt"]:
         assert (folder / name).read_bytes() == (ROOT / name).read_bytes()

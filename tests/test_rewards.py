@@ -26,7 +26,7 @@ def answer_block(inner: str) -> str:
 
 
 # ------------------------------------------------------------------------------------------------------ correctness
-@pytest.mark.parametrize("answer", ["18", "18.0", "$18", "18 dollars", "\\boxed{18}", " 18 ", "18.", "The answer is 18"])
+@pytest.mark.parametrize("answer", ["18", "18.0", "$18", "18 dollars", "\\boxed{18}", " 18 ", "18.", "x = 18", "**18**"])
 def test_correctness_accepts_numeric_equivalents_of_the_gold(answer):
     assert rewards.correctness_reward([chat(answer_block(answer))], answer=["18"]) == [1.0]
 
@@ -48,6 +48,8 @@ def test_correctness_takes_a_raw_gsm8k_solution_as_gold():
     answer_block("1,80"),                                              # not a valid separator
     answer_block(""),                                                  # empty answer
     answer_block("19"),                                                # wrong
+    answer_block("The answer is 18"),                                  # prose around the number: not one answer
+    answer_block("not 18"),
     GOOD + "\n<answer>\n17\n</answer>",                                # two answer blocks
     "<reasoning>\n<answer>18</answer>\n</reasoning>",                  # answer only inside the reasoning
     "<reasoning>\nworking\n</reasoning>\n<answer>\n18\n",              # unclosed
@@ -97,6 +99,52 @@ def test_answers_match_mathematically_equal_answers(predicted, gold):
 ])
 def test_answers_match_refuses_lists_guesses_and_near_misses(predicted, gold):
     assert not rewards.answers_match(predicted, gold)
+
+
+# MATH-style answers: the spellings of one value that must be equal, and wrong answers that share a number with the
+# gold, each of which a policy could learn to write (a reward hack if it paid).
+MATH_EQUIVALENTS = [
+    ("\\frac13", "\\frac{1}{3}"), ("\\dfrac{1}{3}", "1/3"), ("\\cfrac{1}{3}", "\\frac{1}{3}"), ("\\sqrt3", "\\sqrt{3}"),
+    ("\\left(\\frac{1}{3}\\right)", "\\frac{1}{3}"), ("2x-3", "2x-3"), ("-3+2x", "2x-3"), ("x = \\frac{1}{2}", "\\frac{1}{2}"),
+    ("125\\text{ miles}", "125"), ("\\pi", "\\pi"), ("e", "e"), ("y+x", "x+y"), (".5", "0.5"), ("32,\\!349", "32349"),
+    ("14{,}916", "14916"), ("1\\,000", "1000"), ("90^\\circ", "90"), ("90", "90^{\\circ}"), ("28\\%", "28"),
+    ("28", "28\\%"), ("28\\%", "0.28"), ("28 percent", "28\\%"), ("\\$5", "5"), ("5 dollars", "\\$5"),
+    ("\\sqrt{12}", "2\\sqrt{3}"), ("\\frac{\\sqrt{3}}{2}", "\\frac{\\sqrt3}{2}"), ("(3, \\frac{\\pi}{2})", "\\left( 3, \\frac{\\pi}{2} \\right)"),
+    ("[0,1)", "[0,1)"), ("(0,1)", "0<x<1"), ("\\{-2, 2\\}", "\\pm 2"), ("Evelyn", "\\text{Evelyn}"), ("\\text{(C)}", "\\text{(C)}"),
+    ("f(y) = y", "f(y) = y"), ("1", "|AB| = 1"), ("11:21", "V_{1}:V_{2}=11:21"), ("x \\in [-2,7]", "[-2,7]"),
+    ("15\\mbox{ cm}^2", "15\\text{ cm}^2"), ("\\boxed{\\frac{1}{2}}", "0.5"), ("$\\frac{9}{4}\\pi$", "\\frac94\\pi"),
+]
+MATH_WRONG = [  # (prediction, gold)
+    ("2", "2\\sqrt{3}"), ("3", "3\\pi"), ("x < 5", "x > 5"), ("x < 5", "5"), ("x \\ge 5", "x > 5"), ("5!", "5"),
+    ("\u221a25", "25"), ("\\sqrt{25}", "25"), ("0.5", "5"), (".5", "5"), ("AZYUK2A", "2"), ("0,111", "111"),
+    ("5\\text{ thousand}", "5"), ("5 million", "5"), ("5 dozen", "5"), ("5 squared", "5"), ("5 thirds", "5"),
+    ("5h", "5"), ("5x", "5"), ("5 ab", "5"), ("5k", "5"), ("5\\,000", "5"), ("5 \\quad 6", "11"), ("5 6", "56"),
+    ("x=5, y=6", "5"), ("\\{17, 18\\}", "18"), ("(17, 18)", "18"), ("5 \\pm 1", "5"), ("5\\ldots", "5"), ("5...", "5"),
+    ("5_{8}", "5"), ("5'", "5"), ("f(5)", "5"), ("5 = 5", "5"), ("\\approx 5", "5"), ("about 5", "5"), ("not 5", "5"),
+    ("5 or more", "5"), ("5 is wrong", "5"), ("$5$ or $6$", "5"), ("5 \\text{ or } 6", "5"), ("\\boxed{5}\\boxed{6}", "5"),
+    ("y = 5", "x = 5"), ("5\\text{ km}", "5\\text{ miles}"), ("125 kilometers", "125\\text{ miles}"), ("2x+3", "2x-3"),
+    ("x^2", "x^2+1"), ("x^2+1=0", "x^2+1"), ("(2,1)", "(1,2)"), ("(1,2),(3,4)", "(1,2)"), ("[0,1]", "[0,1)"),
+    ("0.333", "\\frac{1}{3}"), ("\\frac13, \\frac23", "\\frac{1}{3}"), ("45^\\circ", "90^\\circ"), ("2.8", "28\\%"),
+    ("1 + \\frac{1}{e}", "1 - \\frac{1}{e}"), ("D", "\\text{E}"), ("\\sqrt{6}", "2\\sqrt{3}"), ("2\\sqrt{3} \\text{ or } 3", "2\\sqrt{3}"),
+]
+
+
+@pytest.mark.parametrize("predicted, gold", MATH_EQUIVALENTS)
+def test_answers_match_reads_math_spellings_of_one_value_as_equal(predicted, gold):
+    assert rewards.answers_match(predicted, gold)
+
+
+@pytest.mark.parametrize("predicted, gold", MATH_WRONG)
+def test_answers_match_never_pays_a_wrong_answer_that_shares_a_number_with_the_gold(predicted, gold):
+    assert not rewards.answers_match(predicted, gold)
+    assert rewards.correctness_reward([chat(answer_block(predicted))], answer=[gold]) == [0.0]
+    assert rewards.boxed_correctness_reward([chat(f"<think>x</think> \\boxed{{{predicted}}}")], answer=[gold]) == [0.0]
+
+
+def test_a_none_gold_is_no_answer_not_the_word_none():
+    assert rewards.exact_match_reward([chat(answer_block("None"))], answer=[None]) == [0.0]
+    assert rewards.token_f1_reward([chat(answer_block("None"))], answer=[[None, "Paris"]]) == [0.0]
+    assert not rewards.answers_match("None", None)
 
 
 def test_plain_numbers_never_reach_the_slow_path():
