@@ -30,6 +30,7 @@ from tqdm import tqdm
 from transformers.utils import get_json_schema
 
 import rewards
+from sandbox import SandboxUnavailable
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -170,6 +171,11 @@ def show(row: dict) -> str:
 def main(argv=None) -> list[dict]:
     args = parse_args(argv)
     recipe = load_recipe(args.recipe)
+    if hasattr(recipe, "SANDBOX"):  # refuse here, in one line, rather than as an error string in every rollout
+        try:
+            recipe.SANDBOX.start()
+        except SandboxUnavailable as err:
+            sys.exit(str(err))
     if hasattr(recipe, "load_index"):
         recipe.load_index(args.corpus_path, args.index_dir)
     api_key = args.api_key or os.environ.get("OPENAI_API_KEY") or "none"  # local servers take any key

@@ -14,6 +14,7 @@ interpreter printed. The interpreter runs in `sandbox.py`, never in the training
 """
 
 # %%
+import sys
 from dataclasses import dataclass
 
 from datasets import Dataset
@@ -22,7 +23,7 @@ from trl import GRPOTrainer
 import plumbing
 import rewards
 from plumbing import arg, logger
-from sandbox import PRELOAD, Sandbox
+from sandbox import PRELOAD, SCIENTIFIC, SCIENTIFIC_WARMUP, Sandbox, SandboxUnavailable
 
 # %% [markdown]
 # ## Config
@@ -62,6 +63,8 @@ class ScriptArguments:
                                          "with train.* and test.* files. Replaces --dataset_name.")
     num_eval_examples: int = arg(200, "Held-out test problems scored with the same rewards at each evaluation.")
     tool_timeout: float = arg(5.0, "Seconds one tool call may run before the sandbox kills it.")
+    unsafe_tool_sandbox: bool = arg(False, "Run the model's code even where this machine cannot isolate it (no "
+                                           "namespaces nor Landlock, or no seccomp): resource limits only. Unsafe.")
 
 
 # %% [markdown]
@@ -108,11 +111,12 @@ write code that prints the result. When you know the answer, reply with only the
 # %% [markdown]
 # ## Tools
 # A tool is a plain function with a docstring: TRL turns its signature and `Args:` into the schema the model sees.
-# The code runs in a forked, resource-limited child process; a crash, a hang or a fork bomb becomes an error string.
+# The code is hostile until proven otherwise: it runs in `sandbox.py`'s confined child processes (namespaces,
+# Landlock, seccomp, resource limits); a crash, a hang, a fork bomb or an escape attempt becomes an error string.
 
 # %%
-# numpy and sympy preloaded: models like to import them, and the throwaway user may not be able to.
-SANDBOX = Sandbox(timeout=5.0, preload=PRELOAD + ("numpy", "sympy"))
+# numpy and sympy preloaded, with the parts they load lazily (numpy.random, sympy.solve, ...): models like them.
+SANDBOX = Sandbox(timeout=5.0, preload=PRELOAD + SCIENTIFIC, warmup=SCIENTIFIC_WARMUP)
 
 
 def python(code: str) -> str:
@@ -152,8 +156,12 @@ def main(argv: list[str] | None = None) -> GRPOTrainer:
     script_args, training_args, model_args = plumbing.parse_args(ScriptArguments, RECIPE_DEFAULTS, argv,
                                                                  reward_weights=REWARD_WEIGHTS)
     SANDBOX.limits["timeout"] = script_args.tool_timeout
+    SANDBOX.unsafe_without_isolation = script_args.unsafe_tool_sandbox
     tokenizer = plumbing.prepare(training_args, model_args, REWARD_FUNCS, tools=TOOLS)
-    logger.info(f"sandbox protections here: {SANDBOX.protections()}")
+    try:  # before training: TRL would turn a refusal into an error string on every call
+        logger.info(f"sandbox protections here: {SANDBOX.start()}")
+    except SandboxUnavailable as err:
+        sys.exit(f"{err} (tool_use_grpo.py: --unsafe_tool_sandbox)")
 
     def build(split, dataset_path):
         return build_dataset(split, dataset_path, script_args.dataset_name)

@@ -48,6 +48,8 @@ from packaging.requirements import Requirement
 
 def unmet(line: str) -> bool:
     requirement = Requirement(line)
+    if requirement.marker and not requirement.marker.evaluate():  # e.g. Linux-only, on a Mac
+        return False
     try:
         return not requirement.specifier.contains(version(requirement.name), prereleases=True)
     except PackageNotFoundError:

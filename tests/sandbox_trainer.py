@@ -1,0 +1,57 @@
+"""A trainer's side of the sandbox, run as a separate process: tests/test_sandbox.py starts it as an ordinary user.
+
+    python sandbox_trainer.py     # JSON requests on stdin, one JSON answer per line on stdout
+
+Requests: {"op": "run", "code": ...}, {"op": "protections"}, {"op": "state"} (this process's pid, limits and
+OOM score, and the pids below the sandbox's engine process). It ends when its stdin closes.
+"""
+
+import json
+import os
+import resource
+import sys
+
+from sandbox import Sandbox
+
+
+def descendants(root: int) -> list[int]:
+    """Every process below `root`, from /proc."""
+    parents = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as stat:
+                    parents[int(entry)] = int(stat.read().rsplit(")", 1)[1].split()[1])
+            except OSError:
+                pass
+    found, frontier = [], [root]
+    while frontier:
+        children = [pid for pid, parent in parents.items() if parent in frontier]
+        found += children
+        frontier = children
+    return sorted(found)
+
+
+def state(box: Sandbox) -> dict:
+    with open(f"/proc/{os.getpid()}/oom_score_adj") as oom:
+        oom_score_adj = int(oom.read())
+    return {"pid": os.getpid(), "nofile": resource.getrlimit(resource.RLIMIT_NOFILE), "oom_score_adj": oom_score_adj,
+            "sandbox_processes": descendants(box._zygote.pid) if box._zygote else []}
+
+
+def main() -> None:
+    box = Sandbox(**json.loads(sys.argv[1]) if len(sys.argv) > 1 else {})
+    for line in sys.stdin:
+        request = json.loads(line)
+        if request["op"] == "run":
+            answer = box.run(request["code"])
+        elif request["op"] == "protections":
+            answer = box.protections()
+        else:
+            answer = state(box)
+        print(json.dumps(answer), flush=True)
+    box.close()
+
+
+if __name__ == "__main__":
+    main()
