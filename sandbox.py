@@ -370,21 +370,20 @@ def _effective_capabilities() -> str:
 
 
 def _empty(directory: str) -> None:
-    """Remove everything in a directory a call could write, whatever modes the call left on it."""
-    def allow_and_retry(function, path, _):
-        os.chmod(os.path.dirname(path), 0o700)
-        os.chmod(path, 0o700) if os.path.isdir(path) and not os.path.islink(path) else None
-        function(path)
-
-    for entry in os.scandir(directory):
-        try:
+    """Remove everything in the calls' directory, whatever modes a call left on it; never fails."""
+    try:
+        os.chmod(directory, 0o700)  # a call may have locked its own directory, or any below it
+        for root, subdirectories, _ in os.walk(directory):  # top-down: each is unlocked before it is entered
+            for name in subdirectories:
+                if not os.path.islink(os.path.join(root, name)):
+                    os.chmod(os.path.join(root, name), 0o700)
+        for entry in os.scandir(directory):
             if entry.is_dir(follow_symlinks=False):
-                os.chmod(entry.path, 0o700)
-                shutil.rmtree(entry.path, onerror=allow_and_retry)
+                shutil.rmtree(entry.path, ignore_errors=True)
             else:
                 os.unlink(entry.path)
-        except OSError:
-            pass
+    except OSError:
+        pass
 
 
 def _landlock_ruleset(workdir: str, readable: list[str]):

@@ -123,6 +123,7 @@ def trainer(request):
 
 def hostile(trainer, code: str) -> str:
     """Run an attack; it must return in time, leave no process, and cost the next call under 100 ms."""
+    trainer.protections()  # the sandbox is up before the count
     before = trainer.state()["sandbox_processes"]
     start = time.monotonic()
     result = trainer.run(code)
@@ -171,6 +172,8 @@ RESOURCE_ATTACKS = {
     "huge integer": ("10 ** 10 ** 9", "Error: timed out"),
     "one huge file": ("with open('big', 'wb') as f:\n    while True:\n        f.write(b'0' * 2**20)", "Error: OSError"),
     "a million small files": ("for i in range(10**6):\n    open(f'f{i}', 'w').close()", "Error: OSError"),
+    "locking its own directory": ("import os\nos.makedirs('a/b')\nos.chmod('a/b', 0)\nos.chmod('a', 0)\n"
+                                  "os.chmod('.', 0)\n'locked'", "'locked'"),
     "sys.exit in a finally": ("try:\n    raise ValueError\nfinally:\n    raise SystemExit(1)", "Error: SystemExit(1)"),
     "closing stdout": ("import os\nos.close(1)\nos.close(2)\n'still here'", "'still here'"),
     "a report pipe held open": ("import os, time\nfor fd in range(3, 64):\n    try:\n        os.write(fd, b'x')\n"
