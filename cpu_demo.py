@@ -38,16 +38,18 @@ TEACHER_ERROR = 0.6  # share of compare problems the teacher solves by adding
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0], help="one full pipeline per seed")
-    parser.add_argument("--out_dir", default="runs/cpu_demo")
+    parser.add_argument("--out_dir", default="runs/cpu_demo", help="results.json, results.png, and a folder per seed")
+    parser.add_argument("--overwrite_output_dir", action="store_true", help="replace an earlier demo in --out_dir")
     parser.add_argument("--max_number", type=int, default=9, help="operands are 1..max_number")
     parser.add_argument("--n_sft", type=int, default=6000, help="SFT problems (teacher's solutions)")
     parser.add_argument("--n_rl", type=int, default=3000, help="RL problems (true answers only)")
     parser.add_argument("--n_test", type=int, default=600, help="held-out problems, never seen in SFT or RL")
     parser.add_argument("--sft_steps", type=int, default=400, help="SFT steps, batch 64, lr 1e-3 cosine")
     parser.add_argument("--grpo_steps", type=int, default=150, help="GRPO steps, 8 prompts x 8 completions each")
-    parser.add_argument("--grpo_lr", type=float, default=2e-5)
+    parser.add_argument("--grpo_lr", type=float, default=2e-5, help="GRPO learning rate, constant")
     parser.add_argument("--temperature", type=float, default=0.7, help="GRPO sampling temperature")
     parser.add_argument("--control_ratio", type=float, default=1.4,
                         help="SFT control steps per GRPO step: the ratio of their step times on a 2-core CPU")
@@ -93,9 +95,14 @@ def write_data(out: Path, seed: int, args) -> None:
 
 
 # ------------------------------------------------------------------------------------------------------- the pipeline
+def say(text: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {text}", flush=True)
+
+
 def run(script: str, *argv: str, log: Path) -> float:
     """`python <script> <argv>` from the repository root, one torch thread; returns its wall time in seconds."""
     start = time.time()
+    say(f"{script} ... (its log: {log})")
     with open(log, "w") as f:
         proc = subprocess.run([sys.executable, str(ROOT / script), *argv], cwd=ROOT, stdout=f, stderr=subprocess.STDOUT,
                               env={**os.environ, "OMP_NUM_THREADS": "1"})
@@ -150,29 +157,34 @@ def pipeline(seed: int, args) -> dict:
 
     out = Path(args.out_dir).resolve() / f"seed{seed}"
     start = time.time()
+    say(f"seed {seed}: data and the tiny model in {out}")
     write_data(out, seed, args)
     corpus = (out / "teacher" / "train.jsonl").read_text().splitlines()[:2000] + [gsm8k_grpo.SYSTEM_PROMPT]
     offline.build_tiny_model(out / "tiny", corpus, vocab_size=400, seed=seed, hidden_size=128, num_layers=3,
                              single_digits=True, added_tokens=("<reasoning>", "</reasoning>", "<answer>", "</answer>"))
     times = {"sft": run("sft_warmstart.py", *sft_argv(out / "tiny", out / "teacher", out / "sft", args.sft_steps, seed),
                         log=out / "sft.log")}
+    say(f"seed {seed}: greedy held-out accuracy of the SFT start")
     before = accuracy(out / "sft", out / "rl")
     print(f"seed {seed}: SFT start {before['all']:.1%} held-out ({', '.join(f'{k} {before[k]:.0%}' for k in KINDS)})")
     steps = str(args.grpo_steps)
+    overwrite = ["--overwrite_output_dir"] if args.overwrite_output_dir else []
+    say(f"seed {seed}: GRPO ({steps} steps) beside the SFT control, one core each")
     grpo = ["--dataset_path", str(out / "rl"), "--model_name_or_path", str(out / "sft"),
             "--output_dir", str(out / "grpo"), "--max_steps", steps, "--learning_rate", str(args.grpo_lr),
             "--lr_scheduler_type", "constant", "--warmup_steps", "0", "--max_grad_norm", "1.0", "--beta", "0",
             "--temperature", str(args.temperature),
             "--num_generations", "8", "--per_device_train_batch_size", "64", "--gradient_accumulation_steps", "1",
             "--max_completion_length", "32", "--eval_strategy", "no", "--save_steps", steps, "--save_only_model",
-            "--logging_steps", "5", "--report_to", "none", "--use_cpu", "--activation_checkpointing", "false",
-            "--seed", str(seed)]
+            "--logging_steps", str(min(5, args.grpo_steps)), "--report_to", "none", "--use_cpu",
+            "--activation_checkpointing", "false", "--seed", str(seed)] + overwrite
     control = sft_argv(out / "sft", out / "teacher", out / "control", round(args.control_ratio * args.grpo_steps), seed,
-                       learning_rate=3e-4)
+                       learning_rate=3e-4) + overwrite
     with ThreadPoolExecutor(2) as pool:  # one core each
         grpo_time = pool.submit(run, "gsm8k_grpo.py", *grpo, log=out / "grpo.log")
         control_time = pool.submit(run, "sft_warmstart.py", *control, log=out / "control.log")
         times.update(grpo=grpo_time.result(), control=control_time.result())
+    say(f"seed {seed}: greedy held-out accuracy after GRPO and of the SFT control")
     after, controlled = accuracy(out / "grpo", out / "rl"), accuracy(out / "control", out / "rl")
     history = json.loads((out / "grpo" / f"checkpoint-{steps}" / "trainer_state.json").read_text())["log_history"]
     result = {"seed": seed, "sft_start": before, "grpo": after, "sft_control": controlled,
@@ -201,6 +213,8 @@ def plot(results: list[dict], path: Path) -> None:
     by_kind.set(title="by kind of problem (mean over seeds)", ylabel="%", xticks=range(len(KINDS)), xticklabels=KINDS)
     by_kind.legend(loc="center left")
     for i, r in enumerate(results):  # one colour per seed: correctness solid, the format rewards dotted
+        if not r["grpo_log"]:
+            continue
         steps = [e["step"] for e in r["grpo_log"]]
         components = [k for k in r["grpo_log"][0] if k.startswith("rewards/") and k.endswith("/mean")]
         for key in components:
@@ -218,6 +232,9 @@ def plot(results: list[dict], path: Path) -> None:
 
 def main(argv=None) -> list[dict]:
     args = parse_args(argv)
+    if (Path(args.out_dir) / "results.json").exists() and not args.overwrite_output_dir:
+        sys.exit(f"{args.out_dir} already holds a demo (results.json): pass --overwrite_output_dir to replace it, or "
+                 "another --out_dir")
     os.environ.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")  # everything is built here
     sys.path.insert(0, str(ROOT))
     results = [pipeline(seed, args) for seed in args.seeds]

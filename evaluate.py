@@ -16,19 +16,18 @@ writes every conversation with its scores to --out (the input of `sft_warmstart.
 """
 
 import argparse
-import importlib
 import json
 import math
 import os
 import statistics
 import sys
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 from openai import APIConnectionError, OpenAI
 from tqdm import tqdm
 from transformers.utils import get_json_schema
 
+import plumbing
 import rewards
 from sandbox import SandboxUnavailable
 
@@ -53,13 +52,6 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--out", default="results.jsonl", help="JSONL of every rollout")
     parser.add_argument("--show", type=int, default=2, help="rollouts to print")
     return parser.parse_args(argv)
-
-
-def load_recipe(name: str):
-    if name.endswith(".py"):
-        sys.path.insert(0, str(Path(name).resolve().parent))
-        name = Path(name).stem
-    return importlib.import_module(name)
 
 
 def run_tool(tools: dict, call) -> str:
@@ -125,26 +117,31 @@ def score(recipe, rows: list[dict], examples: list[dict]) -> None:
 
 
 def pass_at_k(n: int, correct: int, k: int) -> float:
-    """The unbiased pass@k estimate from n rollouts of which `correct` were right (Chen et al., 2021)."""
-    return 1.0 if n - correct < k else 1.0 - math.comb(n - correct, k) / math.comb(n, k)
+    """The unbiased pass@k estimate from n attempted rollouts of which `correct` were right (Chen et al., 2021)."""
+    if k > n:
+        raise ValueError(f"pass@{k} needs at least {k} attempts, not {n}")
+    return 0.0 if correct == 0 else 1.0 if n - correct < k else 1.0 - math.comb(n - correct, k) / math.comb(n, k)
 
 
 def summarize(recipe, rows: list[dict], rollouts: int) -> str:
+    """Reward means over the rollouts that got an answer; accuracy and pass@k over every attempted rollout, a failed
+    request counting as a wrong answer (leaving it out would raise both)."""
     ok = [row for row in rows if row["error"] is None]
-    lines = [f"{len(rows)} rollouts, {len(rows) - len(ok)} failed on API errors"]
+    lines = [f"{len(rows)} rollouts, {len(rows) - len(ok)} failed on API errors (counted as wrong below)"]
     for func, weight in zip(recipe.REWARD_FUNCS, recipe.REWARD_WEIGHTS, strict=True):
         values = [row["scores"][rewards.reward_name(func)] for row in ok]
         values = [v for v in values if v is not None]
         spread = statistics.pstdev(values) if values else float("nan")
         mean = statistics.mean(values) if values else float("nan")
         lines.append(f"  {rewards.reward_name(func):<40} weight {weight:<5g} mean {mean:6.3f}  std {spread:6.3f}")
-    mean_of = lambda key: statistics.mean(float(row[key]) for row in ok) if ok else float("nan")  # noqa: E731
-    lines.append(f"  {'weighted total':<40} {'':12} mean {mean_of('total'):6.3f}")
-    lines.append(f"strict accuracy {mean_of('strict'):.1%} (right, in the recipe's format)   "
-                 f"lenient accuracy {mean_of('lenient'):.1%} (gold answer anywhere in the final message)")
+    total = statistics.mean(float(row["total"]) for row in ok) if ok else float("nan")
+    lines.append(f"  {'weighted total':<40} {'':12} mean {total:6.3f}")
+    attempted = lambda key: statistics.mean(float(row[key] and row["error"] is None) for row in rows)  # noqa: E731
+    lines.append(f"strict accuracy {attempted('strict'):.1%} (right, in the recipe's format)   "
+                 f"lenient accuracy {attempted('lenient'):.1%} (gold answer anywhere in the final message)")
     by_example = {}
-    for row in ok:
-        by_example.setdefault(row["example"], []).append(row["strict"])
+    for row in rows:
+        by_example.setdefault(row["example"], []).append(row["strict"] and row["error"] is None)
     for k in sorted({1, rollouts}):
         estimate = statistics.mean(pass_at_k(len(v), sum(v), k) for v in by_example.values()) if by_example else 0.0
         lines.append(f"pass@{k} {estimate:.1%}")
@@ -170,7 +167,11 @@ def show(row: dict) -> str:
 
 def main(argv=None) -> list[dict]:
     args = parse_args(argv)
-    recipe = load_recipe(args.recipe)
+    try:  # before any rollout: an unwritable --out would lose them all at the end
+        open(args.out, "a").close()
+    except OSError as err:
+        sys.exit(f"--out {args.out}: cannot write there ({err.strerror})")
+    recipe = plumbing.load_recipe(args.recipe)
     if hasattr(recipe, "SANDBOX"):  # refuse here, in one line, rather than as an error string in every rollout
         try:
             recipe.SANDBOX.start()

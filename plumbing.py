@@ -8,24 +8,38 @@ A recipe keeps its model, defaults, data, system prompt, tools and rewards, and 
     train_dataset, eval_dataset = plumbing.load_splits(build_dataset, script_args, training_args)
     return plumbing.train(model_args, training_args, tokenizer, train_dataset, eval_dataset, REWARD_FUNCS)
 
-What is here: the config class with hardware-aware defaults (precision, vLLM), the pre-flight checks that fail in one
-line before a model loads (batch divisibility, model options, chat templates that TRL can parse tool calls from),
-wandb set-up, split loading, the trainer call with resume/save/plot, notebook arguments, and the training plots.
-Editing this file changes every recipe; editing a recipe changes only that recipe.
+What is here: the config classes with hardware-aware defaults (precision, vLLM), the pre-flight checks that fail in one
+line before a model loads (options, flags and YAML keys, batch divisibility, model options, chat templates that TRL can
+parse tool calls from, the output directory, the model's source, the network), wandb set-up, split loading, the
+trainer call with resume/save/plot and Ctrl-C, compact logs, notebook arguments, and the training plots. Every mistake
+a user can make here ends in one line naming the fix; a real bug still shows its traceback. Editing this file changes
+every recipe; editing a recipe changes only that recipe.
 """
 
+import ast
+import difflib
 import importlib.util
+import json
 import logging
 import math
 import os
+import re
+import shlex
+import shutil
 import sys
+import tempfile
+import warnings
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 
+import datasets
+import huggingface_hub
 import torch
+import yaml
 from datasets import Dataset, load_dataset
-from transformers import AutoTokenizer
-from trl import GRPOConfig, GRPOTrainer, ModelConfig, TrlParser, get_peft_config, get_quantization_config
+from transformers import AutoTokenizer, PrinterCallback, ProgressCallback
+from trl import GRPOConfig, GRPOTrainer, ModelConfig, SFTConfig, TrlParser, get_peft_config, get_quantization_config
 from trl.chat_template_utils import add_response_schema, supports_tool_calling
 
 import rewards
@@ -51,6 +65,8 @@ class RecipeGRPOConfig(GRPOConfig):
 
     use_vllm: bool | None = field(default=None, metadata={"nargs": "?", "const": True, "help": "Generate with vLLM. "
                                   "Default: on when vLLM is installed and a CUDA GPU is present, off otherwise."})
+    overwrite_output_dir: bool = field(default=False, metadata={"help": "Start over in an output_dir that already "
+                                       "holds checkpoints, deleting them. Default: refuse, and say how to resume."})
 
     def __post_init__(self):
         cuda = default_precision(self)
@@ -62,6 +78,18 @@ class RecipeGRPOConfig(GRPOConfig):
         elif self.use_vllm and not cuda:
             sys.exit("--use_vllm needs a CUDA GPU; drop --use_vllm to generate with transformers.")
         check_batch_divisibility(self)
+        super().__post_init__()
+
+
+@dataclass
+class RecipeSFTConfig(SFTConfig):
+    """SFTConfig with the recipes' precision defaults and the same output directory guard as RecipeGRPOConfig."""
+
+    overwrite_output_dir: bool = field(default=False, metadata={"help": "Start over in an output_dir that already "
+                                       "holds checkpoints, deleting them. Default: refuse, and say how to resume."})
+
+    def __post_init__(self):
+        default_precision(self)
         super().__post_init__()
 
 
@@ -93,10 +121,36 @@ def check_batch_divisibility(args: GRPOConfig) -> None:
 
 def parse_args(script_arguments, defaults: dict, argv: list[str] | None = None, config_class=RecipeGRPOConfig,
                **more_defaults):
-    """(script_args, training_args, model_args): the command line over a --config YAML over the recipe's defaults."""
-    parser = TrlParser((script_arguments, config_class, ModelConfig))
+    """(script_args, training_args, model_args): the command line over a --config YAML over the recipe's defaults.
+
+    A misspelled flag or YAML key, a bad value, a missing or broken --config end in one line with the nearest valid
+    name; flags are never matched by prefix (`--learning_rat` is not `--learning_rate`).
+    """
+    parser = TrlParser((script_arguments, config_class, ModelConfig), allow_abbrev=False)
+    parser.error = lambda message: sys.exit(f"{message} (--help lists every option)")  # argparse: no usage dump
     parser.set_defaults_with_config(**defaults, **more_defaults)
-    return parser.parse_args_and_config(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    config = argv[argv.index("--config") + 1] if "--config" in argv[:-1] else None
+    try:
+        return parser.parse_args_and_config(argv)
+    except FileNotFoundError as err:
+        if config is None or err.filename != config:
+            raise
+        sys.exit(f"--config {config}: no such file")
+    except yaml.YAMLError as err:
+        sys.exit(f"--config {config}: not valid YAML: {' '.join(str(err).split())}")
+    except ValueError as err:
+        unknown = re.search(r"(not used by the HfArgumentParser|Unknown arguments from config file): (\[.*?\])",
+                            str(err))
+        if unknown is None:
+            raise
+        names = [a for a in ast.literal_eval(unknown.group(2)) if a.startswith("--")]
+        known = [name for name in parser._option_string_actions if name.startswith("--")]
+        hints = [f"{name}" + "".join(f" (did you mean {m}?)" for m in difflib.get_close_matches(name, known, 1, 0.75))
+                 for name in names]
+        where = f"key(s) in {config}" if unknown.group(1).startswith("Unknown") else "option(s)"
+        sys.exit(f"unknown {where}: {', '.join(h if where == 'option(s)' else h.replace('--', '') for h in hints)} "
+                 "(--help lists every option)")
 
 
 # ------------------------------------------------------------------------------------------------------- pre-flight
@@ -140,20 +194,112 @@ def check_tool_template(tokenizer, model_name: str) -> None:
                          "gpt-oss, LFM2, Gemma 4 or DeepSeek-R1-Distill.")
 
 
+def setup_logging() -> None:
+    """Our INFO lines on rank 0 only; library warnings that repeat the same internal notice every run, filtered."""
+    rank = int(os.environ.get("RANK", "0"))
+    logging.basicConfig(level=logging.INFO if rank == 0 else logging.WARNING, format="%(name)s: %(message)s")
+    for noise in NOISE:
+        warnings.filterwarnings("ignore", message=noise)
+    for handler in logging.getLogger("transformers").handlers:  # where every transformers.* logger writes
+        handler.addFilter(lambda record: not any(re.search(noise, record.getMessage()) for noise in NOISE))
+
+
+# Notices a user can do nothing about, repeated every run: TRL and transformers calling each other's deprecated
+# names, and the checkpoint rotation's note about file times.
+NOISE = [r"`is_gradient_checkpointing` is deprecated", r"mtime may not be reliable"]
+
+
+def check_output_dir(training_args) -> None:
+    """Never lose work: refuse to start over on checkpoints unless asked, resolve `--resume_from_checkpoint last`,
+    and find an unwritable output directory now, not at the first save."""
+    output = Path(training_args.output_dir)
+    checkpoints = sorted(output.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[-1]) if
+                         p.name.split("-")[-1].isdigit() else -1) if output.is_dir() else []
+    resume = training_args.resume_from_checkpoint
+    if isinstance(resume, str) and resume.lower() in ("last", "latest", "true"):
+        if not checkpoints:
+            sys.exit(f"--resume_from_checkpoint {resume}: {output} holds no checkpoint; start without it")
+        training_args.resume_from_checkpoint = resume = str(checkpoints[-1])
+        logger.info(f"resuming from {resume}")
+    elif resume and not Path(resume).is_dir():
+        found = ", ".join(p.name for p in checkpoints) or "none"
+        sys.exit(f"--resume_from_checkpoint {resume}: no such folder (checkpoints in {output}: {found}; "
+                 "`--resume_from_checkpoint last` takes the newest)")
+    if checkpoints and not resume:
+        if not training_args.overwrite_output_dir:
+            sys.exit(f"{output} already holds {', '.join(p.name for p in checkpoints)}: continue with "
+                     "--resume_from_checkpoint last, or start over with --overwrite_output_dir (deletes them), or "
+                     "pass another --output_dir")
+        for checkpoint in checkpoints:  # asked for: --overwrite_output_dir
+            shutil.rmtree(checkpoint)
+        logger.warning(f"--overwrite_output_dir: deleted {len(checkpoints)} checkpoint(s) in {output}")
+    try:
+        output.mkdir(parents=True, exist_ok=True)
+        tempfile.TemporaryFile(dir=output).close()
+    except OSError as err:
+        sys.exit(f"--output_dir {output}: cannot write there ({err.strerror}); pass a writable --output_dir")
+
+
+RECIPES = ("gsm8k_grpo", "tool_use_grpo", "search_agent_grpo")
+
+
+def load_recipe(name: str):
+    """A recipe module by name (gsm8k_grpo) or by the path of its file (my_recipe.py); an unknown one is one line."""
+    if name.endswith(".py"):
+        if not Path(name).is_file():
+            sys.exit(f"recipe {name}: no such file")
+        sys.path.insert(0, str(Path(name).resolve().parent))
+        name = Path(name).stem
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as err:
+        if err.name != name:
+            raise  # the recipe exists but imports something missing: that is its own error
+        sys.exit(f"unknown recipe {name!r}: use one of {', '.join(RECIPES)}, or the path of a recipe file")
+
+
+@lru_cache(maxsize=1)
+def hub_reachable() -> bool:
+    """Whether the Hugging Face Hub answers within 5 seconds (its client would retry for about a minute)."""
+    try:
+        huggingface_hub.utils.get_session().head(huggingface_hub.constants.ENDPOINT, timeout=5)
+        return True
+    except Exception:  # noqa: BLE001 - any failure to get an answer means: not reachable from here
+        return False
+
+
+OFFLINE_HINT = "run offline with HF_HUB_OFFLINE=1 and a cached or local model (`python offline.py` builds a CPU kit)"
+
+
+def check_model_source(name: str) -> None:
+    """A local folder that does not exist, or a Hub model that cannot be fetched, is one line, not a minute of retries.
+    """
+    if Path(name).expanduser().exists():
+        return
+    first = name.split("/")[0]
+    if name.startswith(("/", ".", "~")) or name.endswith("/") or name.count("/") > 1 or (
+            "/" in name and Path(first).is_dir()):
+        sys.exit(f"--model_name_or_path {name}: no such folder")
+    cached = isinstance(huggingface_hub.try_to_load_from_cache(name, "config.json"), str)
+    if huggingface_hub.constants.HF_HUB_OFFLINE and not cached:
+        sys.exit(f"--model_name_or_path {name}: not a local folder, and not in the Hugging Face cache (HF_HUB_OFFLINE "
+                 "is set); download it once online or point to a local model folder")
+    if not huggingface_hub.constants.HF_HUB_OFFLINE and not hub_reachable():
+        fix = "run with HF_HUB_OFFLINE=1 to use the cached copy" if cached else OFFLINE_HINT
+        sys.exit(f"cannot reach {huggingface_hub.constants.ENDPOINT} for {name} (no network?): {fix}")
+
+
 def prepare(training_args: GRPOConfig, model_args: ModelConfig, reward_funcs: list, tools: list | None = None):
     """Logging, the checks TRL would only fail on after loading the model, wandb, and the tokenizer."""
+    setup_logging()
     rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
-    logging.basicConfig(level=logging.INFO if rank == 0 else logging.WARNING, format="%(name)s: %(message)s")
     if world > 1:  # one line per process, so a multi-GPU launch shows every rank came up
         logger.warning(f"process {rank} of {world} ready")
     if "OMP_NUM_THREADS" in os.environ:  # torch read it at import, before a YAML `env:` block could set it
         torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
     check_model_options(training_args, model_args, reward_funcs)
-    generation = f"vLLM ({training_args.vllm_mode})" if training_args.use_vllm else "transformers" + (
-        " (install vLLM for faster generation)" if torch.cuda.is_available() else "")
-    precision = "bf16" if training_args.bf16 else "fp16" if training_args.fp16 else "fp32"
-    logger.info(f"precision {precision}; generation with {generation}")
-    logger.info("rubric:\n" + rewards.rubric_table(reward_funcs, training_args.reward_weights))
+    check_output_dir(training_args)
+    check_model_source(model_args.model_name_or_path)
     tokenizer = AutoTokenizer.from_pretrained(model_args.model_name_or_path, padding_side="left")
     if tokenizer.chat_template is None:
         sys.exit(f"{model_args.model_name_or_path} has no chat template; use an instruct/chat model or set "
@@ -169,18 +315,61 @@ def prepare(training_args: GRPOConfig, model_args: ModelConfig, reward_funcs: li
 
 # ------------------------------------------------------------------------------------------------------------- data
 def load_split(split: str, dataset_path: str | None = None, name="openai/gsm8k", config="main") -> Dataset:
-    """One split of a Hub dataset or of local data: a JSON/JSONL/parquet file (train only) or a folder of splits."""
+    """One split of a Hub dataset or of local data: a JSON/JSONL/parquet file (train only) or a folder of splits.
+
+    Unreachable Hub data, a missing path and a malformed JSON line end in one line (file and 1-based line number)."""
     if dataset_path is None:
-        return load_dataset(name, config, split=split)
-    if Path(dataset_path).is_dir():
-        return load_dataset(dataset_path, split=split)
-    file_format = "parquet" if dataset_path.endswith(".parquet") else "json"
-    return load_dataset(file_format, data_files={"train": dataset_path}, split=split)
+        if not huggingface_hub.constants.HF_HUB_OFFLINE and not hub_reachable():
+            sys.exit(f"cannot reach {huggingface_hub.constants.ENDPOINT} for the dataset {name} (no network?): run "
+                     "with HF_HUB_OFFLINE=1 if it is cached, or pass --dataset_path local files")
+        try:
+            return load_dataset(name, config, split=split)
+        except ConnectionError as err:  # offline and not cached
+            sys.exit(f"dataset {name}: {err}; download it once online, or pass --dataset_path local files")
+    if not Path(dataset_path).exists():
+        sys.exit(f"{dataset_path}: no such file or folder")
+    datasets.disable_progress_bars()  # local files load in a blink; their bars are noise
+    datasets.logging.set_verbosity(logging.CRITICAL)  # a bad line is reported below, once
+    try:
+        if Path(dataset_path).is_dir():
+            return load_dataset(dataset_path, split=split)
+        file_format = "parquet" if dataset_path.endswith(".parquet") else "json"
+        return load_dataset(file_format, data_files={"train": dataset_path}, split=split)
+    except ValueError as err:
+        if not str(err).startswith("Unknown split"):
+            raise
+        sys.exit(f"{dataset_path}: no {split!r} split there ({err}); name the files {split}.jsonl")
+    except datasets.exceptions.DatasetGenerationError:
+        bad = first_bad_json_line(dataset_path)
+        if bad is None:
+            raise
+        sys.exit(bad)
+    finally:
+        datasets.enable_progress_bars()
+        datasets.logging.set_verbosity(logging.WARNING)
+
+
+def first_bad_json_line(dataset_path: str) -> str | None:
+    """'<file> line <n>: <why>' for the first line of a JSON Lines file under dataset_path that is not a JSON object."""
+    files = sorted(Path(dataset_path).glob("*.json*")) if Path(dataset_path).is_dir() else [Path(dataset_path)]
+    for path in files:
+        for number, line in enumerate(path.read_text(errors="replace").splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as err:
+                return f"{path} line {number}: not valid JSON ({err.msg}, column {err.colno})"
+            if not isinstance(row, dict):
+                return f"{path} line {number}: a JSON Lines row must be an object, not {type(row).__name__}"
+    return None
 
 
 def load_splits(build, script_args, training_args: GRPOConfig) -> tuple[Dataset, Dataset | None]:
     """`build("train")`, and `build("test")` cut to num_eval_examples when evaluating; bad data exits in one line."""
     evaluate = training_args.eval_strategy != "no"
+    if script_args.dataset_path and not Path(script_args.dataset_path).exists():
+        sys.exit(f"--dataset_path {script_args.dataset_path}: no such file or folder")
     if evaluate and script_args.dataset_path and not Path(script_args.dataset_path).is_dir():
         sys.exit(f"{script_args.dataset_path} is one file, so it has no held-out split: pass --eval_strategy no, "
                  "or point --dataset_path at a folder with train.jsonl and test.jsonl.")
@@ -198,6 +387,11 @@ def load_splits(build, script_args, training_args: GRPOConfig) -> tuple[Dataset,
 def train(model_args: ModelConfig, training_args: GRPOConfig, tokenizer, train_dataset, eval_dataset, reward_funcs,
           **trainer_kwargs) -> GRPOTrainer:
     """TRL's GRPOTrainer (with LoRA/QLoRA when asked), trained (resumed from a checkpoint when asked) and saved."""
+    generation = f"vLLM ({training_args.vllm_mode})" if training_args.use_vllm else "transformers" + (
+        " (install vLLM for faster generation)" if torch.cuda.is_available() else "")
+    precision = "bf16" if training_args.bf16 else "fp16" if training_args.fp16 else "fp32"
+    logger.info(f"precision {precision}; generation with {generation}")
+    logger.info("rubric (rewards.py documents each):\n" + rubric_summary(reward_funcs, training_args.reward_weights))
     trainer = GRPOTrainer(
         model=model_args.model_name_or_path,
         reward_funcs=reward_funcs,
@@ -209,12 +403,89 @@ def train(model_args: ModelConfig, training_args: GRPOConfig, tokenizer, train_d
         quantization_config=get_quantization_config(model_args),
         **trainer_kwargs,
     )
-    trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+    run_training(trainer, training_args)
     trainer.save_model(training_args.output_dir)
     if trainer.is_world_process_zero():
         plot_training(trainer.state.log_history, Path(training_args.output_dir) / PLOT_FILE)
     logger.info(f"saved the trained model and {PLOT_FILE} to {training_args.output_dir}")
     return trainer
+
+
+def run_training(trainer, training_args) -> None:
+    """trainer.train() with compact logs; Ctrl-C saves nothing new and prints the exact command that resumes."""
+    for verbose, compact in ((ProgressCallback, CompactProgress), (PrinterCallback, CompactPrinter)):
+        if trainer.pop_callback(verbose) is not None:
+            trainer.add_callback(compact)
+    try:
+        trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+    except KeyboardInterrupt:
+        checkpoints = list(Path(training_args.output_dir).glob("checkpoint-*"))
+        if not checkpoints:
+            print(f"\ninterrupted at step {trainer.state.global_step}, before the first checkpoint (save_steps="
+                  f"{training_args.save_steps}): nothing to resume; rerun to start over", file=sys.stderr)
+        else:
+            print(f"\ninterrupted at step {trainer.state.global_step}; resume from the newest checkpoint with: "
+                  f"{resume_command()}", file=sys.stderr)
+        raise SystemExit(130) from None  # the shell's code for Ctrl-C
+
+
+def resume_command() -> str:
+    """This run's own command line with `--resume_from_checkpoint last` (a notebook: what to add to NOTEBOOK_ARGS)."""
+    if "ipykernel" in sys.modules:
+        return "add '--resume_from_checkpoint', 'last' to NOTEBOOK_ARGS and run the cell again"
+    argv, kept = sys.argv[1:], []
+    while argv:
+        flag = argv.pop(0)
+        if flag in ("--resume_from_checkpoint", "--overwrite_output_dir"):
+            if argv and not argv[0].startswith("--"):
+                argv.pop(0)
+            continue
+        kept.append(flag)
+    return shlex.join(["python", sys.argv[0], *kept, "--resume_from_checkpoint", "last"])
+
+
+def compact_line(state, logs: dict) -> str:
+    """One log line: step, total reward and each reward component, length, tool calls, seconds per step, loss, lr."""
+    if "train_runtime" in logs:
+        return f"done: {state.global_step} steps in {logs['train_runtime']:.0f} s"
+    prefix = "eval_" if any(key.startswith("eval_") for key in logs) else ""
+    parts = [f"{'eval at ' if prefix else ''}step {state.global_step}/{state.max_steps}"]
+    if f"{prefix}reward" in logs:
+        components = " ".join(f"{key[len(prefix) + 8:-5].removesuffix('_reward')} {value:.2f}"
+                              for key, value in logs.items()
+                              if key.startswith(f"{prefix}rewards/") and key.endswith("/mean"))
+        parts.append(f"reward {logs[prefix + 'reward']:.3f} ({components})")
+    for key, label, form in (("completions/mean_length", "length", ".0f"), ("tools/call_frequency", "tool calls",
+                             ".2f"), ("step_time", "s/step", ".2f"), ("loss", "loss", ".4g"),
+                             ("mean_token_accuracy", "token accuracy", ".3f"), ("learning_rate", "lr", ".3g")):
+        if prefix + key in logs:
+            parts.append(f"{label} {logs[prefix + key]:{form}}")
+    return " | ".join(parts)
+
+
+class CompactProgress(ProgressCallback):
+    """TRL's progress bar, with one compact line per logging step instead of a dict of every metric."""
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if state.is_world_process_zero and self.training_bar is not None:
+            self.training_bar.write(compact_line(state, logs))
+
+
+class CompactPrinter(PrinterCallback):
+    """With --disable_tqdm: the same compact line, printed."""
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if state.is_local_process_zero:
+            print(compact_line(state, logs), flush=True)
+
+
+def rubric_summary(reward_funcs: list, weights: list[float], width: int = 110) -> str:
+    """The rubric in readable width: weight, name and what each reward pays for."""
+    rows = []
+    for name, weight, pays_for, _ in rewards.describe(reward_funcs, weights):
+        line = f"  {weight:>5g} × {name}: {pays_for}"
+        rows.append(line if len(line) <= width else line[:width - 1] + "…")
+    return "\n".join(rows)
 
 
 # -------------------------------------------------------------------------------------------------------- notebooks

@@ -79,8 +79,8 @@ def hotpotqa_split(split: str) -> Dataset:
 
 def build_corpus(corpus_path: str | None = None) -> list[dict]:
     """Passages as {'title', 'text'}: a JSONL file, or HotpotQA's paragraphs de-duplicated by title."""
-    if corpus_path is not None:
-        return [json.loads(line) for line in Path(corpus_path).read_text().splitlines() if line.strip()]
+    if corpus_path is not None:  # plumbing reads it: a missing file or a malformed line is one line, not a traceback
+        return list(plumbing.load_split("train", corpus_path))
     passages = {}
     for row in concatenate_datasets([hotpotqa_split("train"), hotpotqa_split("test")])["context"]:
         for title, sentences in zip(row["title"], row["sentences"], strict=True):

@@ -14,9 +14,7 @@ SFTConfig and ModelConfig field is a flag or a YAML key; --use_peft trains LoRA,
 """
 
 # %%
-import importlib
 import json
-import logging
 import re
 import sys
 from dataclasses import dataclass
@@ -24,7 +22,7 @@ from pathlib import Path
 
 from datasets import Dataset, Features, Json, List, Value
 from transformers import AutoModelForCausalLM, AutoTokenizer
-from trl import SFTConfig, SFTTrainer, get_peft_config
+from trl import SFTTrainer, get_peft_config
 
 import plumbing
 import rewards
@@ -60,15 +58,6 @@ class ScriptArguments:
     merge_lora: bool = arg(False, "With --use_peft: merge the adapter into the model when saving.")
 
 
-@dataclass
-class RecipeSFTConfig(SFTConfig):
-    """SFTConfig with the recipes' precision defaults: bf16 where the GPU has it, fp16 otherwise, fp32 on CPU."""
-
-    def __post_init__(self):
-        plumbing.default_precision(self)
-        super().__post_init__()
-
-
 # %% [markdown]
 # ## Data
 # Either the dataset's own solutions rewritten in the recipe's format (`--source gold`), or rollouts from any model
@@ -98,6 +87,10 @@ def gold_conversations(recipe, split: str, dataset_path: str | None) -> list[dic
 
 def rollout_conversations(path: str, min_reward: float, best_of: int) -> list[dict]:
     """Rejection sampling: per prompt, the best `best_of` distinct rollouts whose total reaches min_reward."""
+    if not Path(path).is_file():
+        sys.exit(f"--rollouts {path}: no such file (write one with evaluate.py --out)")
+    if bad := plumbing.first_bad_json_line(path):
+        sys.exit(bad)
     by_prompt = {}
     for line in Path(path).read_text().splitlines():
         row = json.loads(line)
@@ -131,9 +124,11 @@ def _message(message: dict) -> dict:
 # %%
 def main(argv: list[str] | None = None) -> Path:
     script_args, training_args, model_args = plumbing.parse_args(ScriptArguments, RECIPE_DEFAULTS, argv,
-                                                                 config_class=RecipeSFTConfig)
-    logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
-    recipe = importlib.import_module(script_args.recipe)
+                                                                 config_class=plumbing.RecipeSFTConfig)
+    plumbing.setup_logging()
+    recipe = plumbing.load_recipe(script_args.recipe)
+    plumbing.check_output_dir(training_args)
+    plumbing.check_model_source(model_args.model_name_or_path)
     if script_args.source == "gold":
         conversations = gold_conversations(recipe, script_args.split, script_args.dataset_path)
     elif script_args.source == "rollouts" and script_args.rollouts:
@@ -149,7 +144,7 @@ def main(argv: list[str] | None = None) -> Path:
     model = AutoModelForCausalLM.from_pretrained(model_args.model_name_or_path, dtype=model_args.dtype)
     trainer = SFTTrainer(model=model, args=training_args, train_dataset=dataset, processing_class=tokenizer,
                          peft_config=get_peft_config(model_args))
-    trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+    plumbing.run_training(trainer, training_args)
     output = Path(training_args.output_dir)
     if model_args.use_peft and script_args.merge_lora:
         trainer.model.merge_and_unload().save_pretrained(output)

@@ -14,6 +14,29 @@ def read(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
+def test_help_shows_every_default_without_importing_torch():
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, str(Path(cpu_demo.__file__)), "--help"], capture_output=True, text=True,
+                          timeout=60)
+    text = " ".join(proc.stdout.split())  # argparse wraps lines
+    assert proc.returncode == 0 and "(default: 150)" in text and "(default: runs/cpu_demo)" in text
+
+
+def test_a_run_shorter_than_the_logging_interval_still_plots(tmp_path):
+    result = {"seed": 0, "grpo_log": [], **{arm: {"all": 0.5, **{k: 0.5 for k in cpu_demo.KINDS}}
+                                             for arm in ("sft_start", "grpo", "sft_control")}}
+    cpu_demo.plot([result], tmp_path / "results.png")
+    assert (tmp_path / "results.png").stat().st_size > 10_000
+
+
+def test_an_earlier_demo_is_never_replaced_without_asking(tmp_path):
+    (tmp_path / "results.json").write_text("{}")
+    with pytest.raises(SystemExit, match="already holds a demo .* --overwrite_output_dir"):
+        cpu_demo.main(["--out_dir", str(tmp_path)])
+
+
 def test_sft_rl_and_held_out_problems_never_share_a_question(tmp_path):
     args = cpu_demo.parse_args(["--n_sft", "900", "--n_rl", "300", "--n_test", "200"])
     cpu_demo.write_data(tmp_path, seed=0, args=args)

@@ -10,6 +10,7 @@ import pytest
 from openai import OpenAI
 
 import evaluate
+import rewards
 from conftest import ROOT
 
 
@@ -90,7 +91,25 @@ def test_an_unreachable_server_gets_one_clear_message(tmp_path):
 def test_pass_at_k_is_the_unbiased_estimate():
     assert evaluate.pass_at_k(4, 0, 1) == 0.0 and evaluate.pass_at_k(4, 4, 1) == 1.0
     assert evaluate.pass_at_k(4, 1, 1) == pytest.approx(0.25) and evaluate.pass_at_k(4, 1, 4) == 1.0
-    assert evaluate.pass_at_k(4, 2, 2) == pytest.approx(1 - 1 / 6)
+    assert evaluate.pass_at_k(4, 2, 2) == pytest.approx(1 - 1 / 6) and evaluate.pass_at_k(4, 0, 4) == 0.0
+    with pytest.raises(ValueError, match="pass@4 needs at least 4 attempts"):
+        evaluate.pass_at_k(2, 0, 4)  # was 1.0: two failed requests made a wrong example look solved
+
+
+def test_failed_requests_count_as_attempts_that_got_nothing_right():
+    import gsm8k_grpo
+
+    def row(example, strict, error=None):
+        scores = {rewards.reward_name(f): float(strict) for f in gsm8k_grpo.REWARD_FUNCS}
+        return {"example": example, "strict": strict, "lenient": strict, "error": error, "scores": scores,
+                "total": 2.0 * strict, "completion": [], "usage": {"completion_tokens": 0}}
+
+    rows = [row(0, False, "APIError"), row(0, False, "APIError"), row(0, False), row(0, False),
+            row(1, True), row(1, False), row(1, False), row(1, False, "APIError")]
+    summary = evaluate.summarize(gsm8k_grpo, rows, rollouts=4)
+    assert "8 rollouts, 3 failed on API errors (counted as wrong below)" in summary
+    assert "strict accuracy 12.5%" in summary  # 1 of 8 attempted, not 1 of 5 answered
+    assert "pass@4 50.0%" in summary  # example 0: 0 of 4 right -> 0; example 1: 1 of 4 -> 1
 
 
 def test_evaluate_then_rejection_sampling_then_sft_then_grpo(server, kit, tmp_path, capsys):

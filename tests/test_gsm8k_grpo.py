@@ -27,9 +27,9 @@ def run_recipe(kit: Path, *extra: str, env: dict | None = None) -> subprocess.Co
 
 
 def train_logs(stdout: str) -> list[dict]:
-    """The per-step training log dicts the trainer printed (not eval, not the final summary)."""
-    logs = [eval(line[line.index("{"):]) for line in stdout.splitlines() if "'rewards/correctness_reward/mean'" in line]
-    return [log for log in logs if "loss" in log]
+    """The compact per-step training lines the recipe printed (not eval, not the final summary), as step and lr."""
+    lines = [re.match(r"step (\d+)/\d+ \| reward .*\| lr ([-+.e\d]+)$", line) for line in stdout.splitlines()]
+    return [{"step": int(m.group(1)), "learning_rate": float(m.group(2))} for m in lines if m]
 
 
 # -------------------------------------------------------------------------------------------------------------- data
@@ -139,8 +139,8 @@ def test_offline_run_trains_evaluates_checkpoints_and_resumes(kit):
 
     resumed = run_recipe(kit, "--output_dir", str(out), "--resume_from_checkpoint", str(out / "checkpoint-2"))
     steps = train_logs(resumed.stdout)
-    assert len(steps) == 2, "a resumed run must train only the two steps after the checkpoint"
-    assert [float(log["learning_rate"]) for log in steps] == pytest.approx([lr_by_step[3], lr_by_step[4]], rel=1e-3)  # printed to 4 digits
+    assert [log["step"] for log in steps] == [3, 4], "a resumed run must train only the two steps after the checkpoint"
+    assert [log["learning_rate"] for log in steps] == pytest.approx([lr_by_step[3], lr_by_step[4]], rel=1e-2)  # 3 digits
 
 
 def test_use_peft_trains_and_saves_a_lora_adapter(kit, tmp_path):

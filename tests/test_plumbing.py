@@ -50,7 +50,7 @@ def test_every_recipe_default_names_a_real_option(recipe):
     # TrlParser drops an unknown default silently: a renamed TRL option (warmup_ratio, gone in transformers 5) would
     # quietly stop applying. Each default must be a field of the recipe's dataclasses.
     module = importlib.import_module(recipe)
-    config = module.RecipeSFTConfig if recipe == "sft_warmstart" else plumbing.RecipeGRPOConfig
+    config = plumbing.RecipeSFTConfig if recipe == "sft_warmstart" else plumbing.RecipeGRPOConfig
     fields = {f.name for cls in (module.ScriptArguments, config, ModelConfig) for f in dataclasses.fields(cls)}
     assert set(module.RECIPE_DEFAULTS) - fields == set()
 
@@ -99,7 +99,7 @@ def test_on_colab_the_t4_defaults_go_first_are_printed_and_parse(recipe, monkeyp
     monkeypatch.setitem(sys.modules, "google.colab", types.ModuleType("google.colab"))  # what Colab's runtime imports
     argv = plumbing.notebook_argv(["--max_steps", "7"], module.COLAB_ARGS)
     assert argv == module.COLAB_ARGS + ["--max_steps", "7"] and "T4-sized defaults" in capsys.readouterr().out
-    config = module.RecipeSFTConfig if recipe == "sft_warmstart" else plumbing.RecipeGRPOConfig
+    config = plumbing.RecipeSFTConfig if recipe == "sft_warmstart" else plumbing.RecipeGRPOConfig
     _, training_args, model_args = plumbing.parse_args(module.ScriptArguments, module.RECIPE_DEFAULTS, argv,
                                                        config_class=config)  # the batch checks pass on T4 defaults
     assert training_args.max_steps == 7 and model_args.use_peft  # the notebook's own flags win
