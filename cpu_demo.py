@@ -150,47 +150,62 @@ def accuracy(model_dir: Path, data_dir: Path) -> dict:
     return result
 
 
-def pipeline(seed: int, args) -> dict:
-    """Data, tiny model, SFT, evaluate, GRPO beside the SFT control, evaluate: one seed's figures."""
+def sft_start(seed: int, args) -> tuple[Path, dict, float]:
+    """One seed's data, tiny model and SFT: (its folder, held-out accuracy of the SFT model, SFT seconds)."""
     import gsm8k_grpo  # here, not at the top: they import torch, and `--help` should not wait for it
     import offline
 
     out = Path(args.out_dir).resolve() / f"seed{seed}"
-    start = time.time()
     say(f"seed {seed}: data and the tiny model in {out}")
     write_data(out, seed, args)
     corpus = (out / "teacher" / "train.jsonl").read_text().splitlines()[:2000] + [gsm8k_grpo.SYSTEM_PROMPT]
     offline.build_tiny_model(out / "tiny", corpus, vocab_size=400, seed=seed, hidden_size=128, num_layers=3,
                              single_digits=True, added_tokens=("<reasoning>", "</reasoning>", "<answer>", "</answer>"))
-    times = {"sft": run("sft_warmstart.py", *sft_argv(out / "tiny", out / "teacher", out / "sft", args.sft_steps, seed),
-                        log=out / "sft.log")}
+    seconds = run("sft_warmstart.py", *sft_argv(out / "tiny", out / "teacher", out / "sft", args.sft_steps, seed),
+                  log=out / "sft.log")
     say(f"seed {seed}: greedy held-out accuracy of the SFT start")
     before = accuracy(out / "sft", out / "rl")
     print(f"seed {seed}: SFT start {before['all']:.1%} held-out ({', '.join(f'{k} {before[k]:.0%}' for k in KINDS)})")
+    return out, before, seconds
+
+
+def grpo_argv(out: Path, output_dir: Path, seed: int, args, *extra: str) -> list[str]:
+    """gsm8k_grpo.py's flags for the demo's GRPO stage, from the SFT model in `out`; `extra` flags go last (win)."""
     steps = str(args.grpo_steps)
-    overwrite = ["--overwrite_output_dir"] if args.overwrite_output_dir else []
-    say(f"seed {seed}: GRPO ({steps} steps) beside the SFT control, one core each")
-    grpo = ["--dataset_path", str(out / "rl"), "--model_name_or_path", str(out / "sft"),
-            "--output_dir", str(out / "grpo"), "--max_steps", steps, "--learning_rate", str(args.grpo_lr),
+    return ["--dataset_path", str(out / "rl"), "--model_name_or_path", str(out / "sft"),
+            "--output_dir", str(output_dir), "--max_steps", steps, "--learning_rate", str(args.grpo_lr),
             "--lr_scheduler_type", "constant", "--warmup_steps", "0", "--max_grad_norm", "1.0", "--beta", "0",
             "--temperature", str(args.temperature),
             "--num_generations", "8", "--per_device_train_batch_size", "64", "--gradient_accumulation_steps", "1",
             "--max_completion_length", "32", "--eval_strategy", "no", "--save_steps", steps, "--save_only_model",
-            "--logging_steps", str(min(5, args.grpo_steps)), "--report_to", "none", "--use_cpu",
-            "--activation_checkpointing", "false", "--seed", str(seed)] + overwrite
+            "--logging_steps", str(min(5, args.grpo_steps)), "--report_to", "none", "--use_cpu", "--use_peft", "false",
+            "--activation_checkpointing", "false", "--seed", str(seed),
+            *(["--overwrite_output_dir"] if args.overwrite_output_dir else []), *extra]
+
+
+def grpo_log(output_dir: Path, steps: int) -> list[dict]:
+    history = json.loads((output_dir / f"checkpoint-{steps}" / "trainer_state.json").read_text())["log_history"]
+    keep = ("step", "reward", "completions/mean_length")
+    return [{k: e[k] for k in e if k in keep or k.startswith("rewards/")} for e in history if "reward" in e]
+
+
+def pipeline(seed: int, args) -> dict:
+    """Data, tiny model, SFT, evaluate, GRPO beside the SFT control, evaluate: one seed's figures."""
+    start = time.time()
+    out, before, sft_seconds = sft_start(seed, args)
+    times = {"sft": sft_seconds}
+    say(f"seed {seed}: GRPO ({args.grpo_steps} steps) beside the SFT control, one core each")
     control = sft_argv(out / "sft", out / "teacher", out / "control", round(args.control_ratio * args.grpo_steps), seed,
-                       learning_rate=3e-4) + overwrite
+                       learning_rate=3e-4) + (["--overwrite_output_dir"] if args.overwrite_output_dir else [])
     with ThreadPoolExecutor(2) as pool:  # one core each
-        grpo_time = pool.submit(run, "gsm8k_grpo.py", *grpo, log=out / "grpo.log")
+        grpo_time = pool.submit(run, "gsm8k_grpo.py", *grpo_argv(out, out / "grpo", seed, args), log=out / "grpo.log")
         control_time = pool.submit(run, "sft_warmstart.py", *control, log=out / "control.log")
         times.update(grpo=grpo_time.result(), control=control_time.result())
     say(f"seed {seed}: greedy held-out accuracy after GRPO and of the SFT control")
     after, controlled = accuracy(out / "grpo", out / "rl"), accuracy(out / "control", out / "rl")
-    history = json.loads((out / "grpo" / f"checkpoint-{steps}" / "trainer_state.json").read_text())["log_history"]
     result = {"seed": seed, "sft_start": before, "grpo": after, "sft_control": controlled,
               "gain_over_sft_start": after["all"] - before["all"], "seconds": {**times, "total": time.time() - start},
-              "grpo_log": [{k: e[k] for k in e if k == "step" or k.startswith("rewards/") or k in (
-                  "reward", "completions/mean_length")} for e in history if "reward" in e]}
+              "grpo_log": grpo_log(out / "grpo", args.grpo_steps)}
     print(f"seed {seed}: after GRPO {after['all']:.1%} ({result['gain_over_sft_start']:+.1%} over the SFT start), "
           f"SFT control {controlled['all']:.1%}; {result['seconds']['total'] / 60:.1f} min")
     return result
@@ -226,7 +241,8 @@ def plot(results: list[dict], path: Path) -> None:
     curves.set(title="reward components over GRPO steps (sampled)", xlabel="step")
     curves.legend(fontsize=7)
     lengths.set(title="mean completion length (tokens)", xlabel="step")
-    lengths.legend()
+    if any(r["grpo_log"] for r in results):
+        lengths.legend()
     figure.savefig(path, dpi=90)
 
 

@@ -1,7 +1,7 @@
 """GRPO on GSM8K with the <reasoning>/<answer> format: the classic one-file recipe, on TRL 1.16.
 
 One GPU (vLLM colocate when installed):   python gsm8k_grpo.py
-LoRA, or 4-bit QLoRA on a small GPU:      python gsm8k_grpo.py --use_peft [--load_in_4bit]
+QLoRA (12 GB), or a full fine-tune (80 GB): python gsm8k_grpo.py --load_in_4bit  |  --use_peft false
 Any GRPOConfig field, CLI or YAML:        python gsm8k_grpo.py --config my.yaml --learning_rate 1e-6
 Offline on CPU, tiny model (< 1 min):     python offline.py && python gsm8k_grpo.py --config offline/gsm8k_grpo.yaml
 Jupyter or Colab (free T4):              notebooks/gsm8k_grpo.ipynb, generated from this file
@@ -33,7 +33,7 @@ RECIPE_DEFAULTS = dict(
     model_name_or_path=MODEL_NAME, output_dir="runs/gsm8k_grpo",
     learning_rate=5e-6, adam_beta2=0.99, weight_decay=0.1,
     warmup_steps=0.1, lr_scheduler_type="cosine", max_grad_norm=0.1,
-    activation_checkpointing=True,  # a.k.a. gradient_checkpointing: trades ~20% speed for memory
+    gradient_checkpointing=True,  # trades ~20% speed for memory; off: --gradient_checkpointing false (or --activation_)
     num_generations=8,  # completions per prompt; GRPO's advantage is each one's reward relative to its group
     per_device_train_batch_size=8, max_completion_length=512,
     gradient_accumulation_steps=4,  # 32 completions (4 prompts × 8) per optimizer step
@@ -41,7 +41,7 @@ RECIPE_DEFAULTS = dict(
     eval_strategy="steps", eval_steps=100, per_device_eval_batch_size=16, num_generations_eval=4,
     vllm_gpu_memory_utilization=0.3,  # colocate mode (TRL's default): vLLM shares the GPU with training
     num_completions_to_print=2,  # used with --log_completions
-    lora_r=16, lora_alpha=32, lora_target_modules=["all-linear"],  # used with --use_peft
+    use_peft=True, lora_r=16, lora_alpha=32, lora_target_modules=["all-linear"],  # LoRA: one 24 GB GPU (README)
 )
 
 

@@ -214,6 +214,7 @@ OFFLINE_GRPO_CONFIG = {
     # Small enough for a laptop CPU in well under a minute; every other field keeps the recipe's default.
     "use_cpu": True,
     "activation_checkpointing": False,
+    "use_peft": False,  # the tiny model trains whole; LoRA is the recipes' default for billion-parameter models
     "num_generations": 4,
     "per_device_train_batch_size": 4,
     "gradient_accumulation_steps": 1,

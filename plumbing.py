@@ -28,7 +28,9 @@ import shlex
 import shutil
 import sys
 import tempfile
+import time
 import warnings
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -38,7 +40,7 @@ import huggingface_hub
 import torch
 import yaml
 from datasets import Dataset, load_dataset
-from transformers import AutoTokenizer, PrinterCallback, ProgressCallback
+from transformers import AutoTokenizer, PrinterCallback, ProgressCallback, TrainerCallback
 from trl import GRPOConfig, GRPOTrainer, ModelConfig, SFTConfig, TrlParser, get_peft_config, get_quantization_config
 from trl.chat_template_utils import add_response_schema, supports_tool_calling
 
@@ -67,10 +69,14 @@ class RecipeGRPOConfig(GRPOConfig):
                                   "Default: on when vLLM is installed and a CUDA GPU is present, off otherwise."})
     overwrite_output_dir: bool = field(default=False, metadata={"help": "Start over in an output_dir that already "
                                        "holds checkpoints, deleting them. Default: refuse, and say how to resume."})
+    lora_learning_rate: float | None = field(default=None, metadata={"help": "The learning rate with --use_peft when "
+                                             "--learning_rate is not given. Default: 10 x the recipe's full fine-tune "
+                                             "rate, as LoRA needs (Schulman et al., 'LoRA Without Regret', 2025)."})
 
     def __post_init__(self):
         cuda = default_precision(self)
         vllm_installed = importlib.util.find_spec("vllm") is not None
+        self.use_vllm_chosen = self.use_vllm is None  # chosen here, not asked for: QLoRA may switch it off
         if self.use_vllm is None:
             self.use_vllm = cuda and vllm_installed
         elif self.use_vllm and not vllm_installed:
@@ -126,13 +132,14 @@ def parse_args(script_arguments, defaults: dict, argv: list[str] | None = None, 
     A misspelled flag or YAML key, a bad value, a missing or broken --config end in one line with the nearest valid
     name; flags are never matched by prefix (`--learning_rat` is not `--learning_rate`).
     """
+    quiet_noise()  # the config classes warn while they are built
     parser = TrlParser((script_arguments, config_class, ModelConfig), allow_abbrev=False)
     parser.error = lambda message: sys.exit(f"{message} (--help lists every option)")  # argparse: no usage dump
     parser.set_defaults_with_config(**defaults, **more_defaults)
     argv = sys.argv[1:] if argv is None else argv
     config = argv[argv.index("--config") + 1] if "--config" in argv[:-1] else None
     try:
-        return parser.parse_args_and_config(argv)
+        script_args, training_args, model_args = parser.parse_args_and_config(argv)
     except FileNotFoundError as err:
         if config is None or err.filename != config:
             raise
@@ -151,6 +158,28 @@ def parse_args(script_arguments, defaults: dict, argv: list[str] | None = None, 
         where = f"key(s) in {config}" if unknown.group(1).startswith("Unknown") else "option(s)"
         sys.exit(f"unknown {where}: {', '.join(h if where == 'option(s)' else h.replace('--', '') for h in hints)} "
                  "(--help lists every option)")
+    given = {a[2:].split("=")[0] for a in argv if a.startswith("--")}
+    if config:
+        given |= set(yaml.safe_load(Path(config).read_text()) or {})
+    apply_dependent_defaults(training_args, model_args, given, defaults)
+    return script_args, training_args, model_args
+
+
+def apply_dependent_defaults(training_args, model_args, given: set[str], defaults: dict) -> None:
+    """Defaults that depend on other options, applied only where the user did not choose: LoRA's learning rate,
+    bf16 weights where the GPU computes in bf16, and no vLLM beside a 4-bit model."""
+    if model_args.use_peft and "learning_rate" not in given and hasattr(training_args, "lora_learning_rate"):
+        training_args.learning_rate = training_args.lora_learning_rate or 10 * defaults.get(
+            "learning_rate", training_args.learning_rate)
+    if training_args.bf16 and "dtype" not in given and model_args.dtype in (None, "float32"):
+        model_args.dtype = "bfloat16"  # half the weights' memory; bf16 training computes in bf16 anyway
+    if model_args.load_in_4bit and getattr(training_args, "use_vllm", False):
+        if not training_args.use_vllm_chosen:
+            sys.exit("--use_vllm with --load_in_4bit: TRL would merge the LoRA adapter into the 4-bit base for vLLM "
+                     "at every step (a lossy requantisation on the CPU, reported to crash); drop one of them")
+        training_args.use_vllm = False  # the same reason: generate with transformers beside a 4-bit model
+        logger.warning("--load_in_4bit: generating with transformers, not vLLM (vLLM would need the adapter merged "
+                       "into the 4-bit model at every step)")
 
 
 # ------------------------------------------------------------------------------------------------------- pre-flight
@@ -181,6 +210,90 @@ def check_model_options(training_args: GRPOConfig, model_args: ModelConfig, rewa
         model_args.dtype = "bfloat16" if training_args.bf16 else "float16"
 
 
+GiB = 1024**3
+
+
+@lru_cache(maxsize=8)
+def _sizes(config_json: str) -> tuple[int, int, int]:
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.for_model(**json.loads(config_json))
+    with torch.device("meta"):  # the real architecture, no memory
+        model = AutoModelForCausalLM.from_config(config)
+    linears = [module for name, module in model.named_modules()
+               if isinstance(module, torch.nn.Linear) and not name.endswith("lm_head")]
+    return (sum(p.numel() for p in model.parameters()), sum(m.weight.numel() for m in linears),
+            sum(m.in_features + m.out_features for m in linears))
+
+
+def count_parameters(model_config) -> tuple[int, int, int]:
+    """(all parameters, those in the decoder's linear layers, LoRA parameters per unit of rank on every linear layer
+    but the output head, as PEFT's 'all-linear' places them) of a model config."""
+    return _sizes(model_config.to_json_string())
+
+
+def estimate_memory(model_config, *, bf16: bool, use_peft: bool, load_in_4bit: bool, lora_r: int, batch: int,
+                    sequence: int, completion: int, checkpointing: bool, vllm_bytes: float = 0.0) -> dict[str, float]:
+    """Peak GPU memory of one training process, in bytes, by part.
+
+    Weights: 2 bytes a parameter in bf16, 4 in fp32; 4-bit (QLoRA) linear layers 0.5 byte plus a 4-byte scale per
+    64 weights, the rest in bf16. Trainable: every parameter, or LoRA's (kept in fp32 by PEFT). Gradients: one value
+    per trainable parameter; AdamW: two (exp_avg, exp_avg_sq), in the trainable parameters' dtype. Activations: the
+    completion tokens' logits (in bf16, plus an fp32 copy for the log-softmax) and the hidden states (with
+    checkpointing: one per layer and one layer's working set; without: about 16 hidden-sized and 3
+    intermediate-sized tensors per layer). Plus what vLLM reserves beside it, and 1 GiB of CUDA context. An estimate
+    to decide before loading, not an allocator: tests check it against hand arithmetic.
+    """
+    params, linear, lora_per_rank = count_parameters(model_config)
+    dtype_bytes = 2 if bf16 else 4
+    weights = linear * (0.5 + 4 / 64) + (params - linear) * 2 if load_in_4bit else params * dtype_bytes
+    trainable, train_bytes = (lora_r * lora_per_rank, 4) if use_peft else (params, dtype_bytes)
+    hidden, layers = model_config.hidden_size, model_config.num_hidden_layers
+    tokens = batch * sequence
+    logits = batch * completion * model_config.vocab_size * (2 + 4)
+    per_layer = tokens * (hidden * 16 + model_config.intermediate_size * 3) * 2
+    hidden_states = tokens * hidden * 2 * layers + per_layer if checkpointing else per_layer * layers
+    return {"weights": weights, "gradients": trainable * train_bytes, "optimizer": 2 * trainable * train_bytes,
+            "activations": logits + hidden_states, "vllm": vllm_bytes, "cuda context": 1 * GiB}
+
+
+def check_memory(training_args, model_args, prompt_tokens: int = 256, gpu: tuple[int, int] | None = None) -> None:
+    """On a GPU, before the model loads: exit in one line, with options that fit, when the estimate exceeds its free
+    memory. `gpu` is (free, total) bytes; by default this machine's first GPU, and nothing to check without one."""
+    if gpu is None and (not torch.cuda.is_available() or training_args.use_cpu):
+        return
+    from transformers import AutoConfig
+
+    free, total = gpu or torch.cuda.mem_get_info()
+    model_config = AutoConfig.from_pretrained(model_args.model_name_or_path, revision=model_args.model_revision)
+    colocated = getattr(training_args, "use_vllm", False) and training_args.vllm_mode == "colocate"
+    vllm = training_args.vllm_gpu_memory_utilization * total if colocated else 0.0
+    completion = getattr(training_args, "max_completion_length", 512)
+
+    def peak(**changes) -> float:
+        options = dict(bf16=bool(training_args.bf16), use_peft=model_args.use_peft,
+                       load_in_4bit=model_args.load_in_4bit, lora_r=model_args.lora_r,
+                       batch=training_args.per_device_train_batch_size, sequence=prompt_tokens + completion,
+                       completion=completion,
+                       checkpointing=bool(training_args.activation_checkpointing), vllm_bytes=vllm)
+        return sum(estimate_memory(model_config, **{**options, **changes}).values())
+
+    needed = peak()
+    logger.info(f"GPU memory: about {needed / GiB:.1f} GiB needed, {free / GiB:.1f} of {total / GiB:.1f} GiB free")
+    if needed <= free:
+        return
+    candidates = {"--use_peft": dict(use_peft=True), "--use_peft --load_in_4bit": dict(use_peft=True,
+                  load_in_4bit=True), "--per_device_train_batch_size "
+                  f"{max(1, training_args.per_device_train_batch_size // 2)}":
+                  dict(batch=max(1, training_args.per_device_train_batch_size // 2)),
+                  "--activation_checkpointing true": dict(checkpointing=True),
+                  "--vllm_gpu_memory_utilization 0.15": dict(vllm_bytes=0.15 * total if colocated else 0.0)}
+    fits = [f"{flags} (~{peak(**change) / GiB:.1f} GiB)" for flags, change in candidates.items()
+            if peak(**change) <= free and peak(**change) < needed]
+    sys.exit(f"this run needs about {needed / GiB:.1f} GiB of GPU memory and {free / GiB:.1f} GiB are free: "
+             + (f"try {'; or '.join(fits)}" if fits else "use a smaller model, or a GPU with more memory"))
+
+
 def check_tool_template(tokenizer, model_name: str) -> None:
     """TRL must be able to render tool calls with this chat template and parse them back out of completions."""
     try:
@@ -198,15 +311,20 @@ def setup_logging() -> None:
     """Our INFO lines on rank 0 only; library warnings that repeat the same internal notice every run, filtered."""
     rank = int(os.environ.get("RANK", "0"))
     logging.basicConfig(level=logging.INFO if rank == 0 else logging.WARNING, format="%(name)s: %(message)s")
-    for noise in NOISE:
-        warnings.filterwarnings("ignore", message=noise)
+    quiet_noise()
     for handler in logging.getLogger("transformers").handlers:  # where every transformers.* logger writes
         handler.addFilter(lambda record: not any(re.search(noise, record.getMessage()) for noise in NOISE))
 
 
 # Notices a user can do nothing about, repeated every run: TRL and transformers calling each other's deprecated
-# names, and the checkpoint rotation's note about file times.
-NOISE = [r"`is_gradient_checkpointing` is deprecated", r"mtime may not be reliable"]
+# names (TRL's own default sets the old `gradient_checkpointing`), and the checkpoint rotation's note on file times.
+NOISE = [r"`is_gradient_checkpointing` is deprecated", r"`gradient_checkpointing(_kwargs)?` is deprecated",
+         r"mtime may not be reliable"]
+
+
+def quiet_noise() -> None:
+    for noise in NOISE:
+        warnings.filterwarnings("ignore", message=noise)
 
 
 def check_output_dir(training_args) -> None:
@@ -300,6 +418,7 @@ def prepare(training_args: GRPOConfig, model_args: ModelConfig, reward_funcs: li
     check_model_options(training_args, model_args, reward_funcs)
     check_output_dir(training_args)
     check_model_source(model_args.model_name_or_path)
+    check_memory(training_args, model_args)
     tokenizer = AutoTokenizer.from_pretrained(model_args.model_name_or_path, padding_side="left")
     if tokenizer.chat_template is None:
         sys.exit(f"{model_args.model_name_or_path} has no chat template; use an instruct/chat model or set "
@@ -392,6 +511,7 @@ def train(model_args: ModelConfig, training_args: GRPOConfig, tokenizer, train_d
     precision = "bf16" if training_args.bf16 else "fp16" if training_args.fp16 else "fp32"
     logger.info(f"precision {precision}; generation with {generation}")
     logger.info("rubric (rewards.py documents each):\n" + rubric_summary(reward_funcs, training_args.reward_weights))
+    reentrant_checkpointing_for_peft_zero3(training_args, model_args.use_peft)
     trainer = GRPOTrainer(
         model=model_args.model_name_or_path,
         reward_funcs=reward_funcs,
@@ -409,6 +529,15 @@ def train(model_args: ModelConfig, training_args: GRPOConfig, tokenizer, train_d
         plot_training(trainer.state.log_history, Path(training_args.output_dir) / PLOT_FILE)
     logger.info(f"saved the trained model and {PLOT_FILE} to {training_args.output_dir}")
     return trainer
+
+
+def reentrant_checkpointing_for_peft_zero3(training_args, use_peft: bool) -> None:
+    """LoRA under DeepSpeed ZeRO-3 needs reentrant activation checkpointing. TRL forces it, but into the deprecated
+    `gradient_checkpointing_kwargs`, which transformers 5 no longer reads once the config is built: set both."""
+    plugin = getattr(training_args, "deepspeed_plugin", None)
+    if use_peft and plugin is not None and plugin.zero_stage == 3 and training_args.activation_checkpointing:
+        kwargs = {**(training_args.activation_checkpointing_kwargs or {}), "use_reentrant": True}
+        training_args.activation_checkpointing_kwargs = training_args.gradient_checkpointing_kwargs = kwargs
 
 
 def run_training(trainer, training_args) -> None:
@@ -444,6 +573,33 @@ def resume_command() -> str:
     return shlex.join(["python", sys.argv[0], *kept, "--resume_from_checkpoint", "last"])
 
 
+class ToolTimeBudget(TrainerCallback):
+    """Seconds of tool time one training step may spend, summed over all its rollouts' calls (TRL runs sync tools
+    one after another, so a young policy's infinite loops would stall the step for minutes). Once spent, a tool
+    wrapped in `timing()` answers at once with an error; each logging step shows `tool s` (seconds used)."""
+
+    def __init__(self, seconds_per_step: float):
+        self.seconds_per_step, self.used = seconds_per_step, 0.0
+
+    def spent(self) -> bool:
+        return self.used >= self.seconds_per_step
+
+    @contextmanager
+    def timing(self):
+        start = time.monotonic()
+        try:
+            yield
+        finally:
+            self.used += time.monotonic() - start
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        self.used = 0.0
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if logs is not None and "loss" in logs:
+            logs["tools/seconds"] = self.used
+
+
 def compact_line(state, logs: dict) -> str:
     """One log line: step, total reward and each reward component, length, tool calls, seconds per step, loss, lr."""
     if "train_runtime" in logs:
@@ -455,9 +611,10 @@ def compact_line(state, logs: dict) -> str:
                               for key, value in logs.items()
                               if key.startswith(f"{prefix}rewards/") and key.endswith("/mean"))
         parts.append(f"reward {logs[prefix + 'reward']:.3f} ({components})")
-    for key, label, form in (("completions/mean_length", "length", ".0f"), ("tools/call_frequency", "tool calls",
-                             ".2f"), ("step_time", "s/step", ".2f"), ("loss", "loss", ".4g"),
-                             ("mean_token_accuracy", "token accuracy", ".3f"), ("learning_rate", "lr", ".3g")):
+    shown = (("completions/mean_length", "length", ".0f"), ("tools/call_frequency", "tool calls", ".2f"),
+             ("tools/seconds", "tool s", ".1f"), ("step_time", "s/step", ".2f"), ("loss", "loss", ".4g"),
+             ("mean_token_accuracy", "token accuracy", ".3f"), ("learning_rate", "lr", ".3g"))
+    for key, label, form in shown:
         if prefix + key in logs:
             parts.append(f"{label} {logs[prefix + key]:{form}}")
     return " | ".join(parts)

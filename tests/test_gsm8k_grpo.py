@@ -102,7 +102,7 @@ def test_reward_weights_of_the_wrong_length_are_refused_before_training(kit):
 
 def test_quantization_without_lora_is_refused_before_loading_the_model(kit):
     with pytest.raises(SystemExit, match="add --use_peft"):
-        gsm8k_grpo.main(["--model_name_or_path", str(kit / "tiny-qwen2"), "--load_in_4bit"])
+        gsm8k_grpo.main(["--model_name_or_path", str(kit / "tiny-qwen2"), "--use_peft", "false", "--load_in_4bit"])
 
 
 def test_a_folder_without_a_test_file_names_the_missing_split(kit, tmp_path):

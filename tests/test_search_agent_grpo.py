@@ -136,3 +136,28 @@ def test_the_readme_shows_the_search_rubric():
     from conftest import ROOT
 
     assert rewards.rubric_table(agent.REWARD_FUNCS, agent.REWARD_WEIGHTS) in (ROOT / "README.md").read_text()
+
+
+def test_under_accelerate_launch_one_process_builds_the_index_and_the_other_loads_it(kit, tmp_path):
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    index_dir, out, corpus = tmp_path / "index", tmp_path / "ddp", tmp_path / "corpus.jsonl"
+    rows = (kit / "search_toy" / "corpus.jsonl").read_text().splitlines()
+    filler = [json.dumps({"title": f"Filler {i}", "text": f"Filler passage {i} about topic {i % 97}."})
+              for i in range(40_000)]  # a build that takes a while: time for the other rank to start its own
+    corpus.write_text("\n".join(rows + filler) + "\n")
+    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
+           "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
+           str(ROOT / "search_agent_grpo.py"), "--config", str(kit / "search_agent_grpo.yaml"), "--output_dir",
+           str(out), "--index_dir", str(index_dir), "--corpus_path", str(corpus), "--max_steps", "1", "--save_steps",
+           "1",
+           "--per_device_train_batch_size", "2", "--eval_strategy", "no"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=kit, check=False)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert proc.stderr.count("building the bm25s index") == 1  # every rank would say so: only the main one built it
+    assert proc.stderr.count("reusing the bm25s index") == 1  # and the other one loaded it
+    assert [p.name for p in index_dir.iterdir()] == [next(index_dir.iterdir()).name]  # one index, no half-built one
+    assert (out / "checkpoint-1").is_dir()

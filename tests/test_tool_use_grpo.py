@@ -6,6 +6,7 @@ the whole conversation.
 """
 
 import json
+import time
 import shutil
 from pathlib import Path
 
@@ -113,3 +114,23 @@ def test_the_readme_shows_the_tool_recipe_rubric():
     from conftest import ROOT
 
     assert rewards.rubric_table(tool_use_grpo.REWARD_FUNCS, tool_use_grpo.REWARD_WEIGHTS) in (ROOT / "README.md").read_text()
+
+
+def test_a_step_stops_running_code_once_its_tool_time_is_spent():
+    budget = tool_use_grpo.TOOL_BUDGET
+    seconds, budget.seconds_per_step = budget.seconds_per_step, 0.5
+    tool_use_grpo.SANDBOX.start()  # the zygote's start-up is not a call's time
+    try:
+        budget.on_step_begin(None, None, None)
+        assert tool_use_grpo.python("6 * 7") == "42"
+        assert tool_use_grpo.python("while True:\n    pass").startswith("Error: timed out")  # 2 s: the budget is spent
+        start = time.monotonic()
+        assert tool_use_grpo.python("6 * 7").startswith("Error: this training step's time for running code is used up")
+        assert time.monotonic() - start < 0.05
+        logs = {"loss": 0.1}
+        budget.on_log(None, None, None, logs=logs)
+        assert logs["tools/seconds"] >= 2.0
+        budget.on_step_begin(None, None, None)  # the next step starts with the whole budget
+        assert tool_use_grpo.python("6 * 7") == "42"
+    finally:
+        budget.seconds_per_step = seconds
