@@ -661,8 +661,9 @@ def tool_calls_and_results(completion) -> list[tuple[str, str]]:
     return [(call, results[i] if i < len(results) else "") for i, call in enumerate(calls)]
 
 
-def _tool_failed(result: str) -> bool:
-    # The sandbox answers "Error: ..."; TRL turns a tool that raised into "{'error': ...}".
+def tool_failed(result: str) -> bool:
+    """True when a tool's answer is an error: the sandbox's and the search tools' "Error: ...", TRL's "{'error': ...}"
+    for a tool that raised, or no answer at all."""
     return not result or result.startswith("Error") or result.startswith("{'error'")
 
 
@@ -676,7 +677,7 @@ def tool_use_reward(completions, **kwargs) -> list[float]:
     def score(completion) -> float:
         seen, credit, cost = set(), 0.0, 0.0
         for call, result in tool_calls_and_results(completion):
-            if call in seen or _tool_failed(result):
+            if call in seen or tool_failed(result):
                 cost += 0.5
             else:
                 credit = 1.0
@@ -687,7 +688,7 @@ def tool_use_reward(completions, **kwargs) -> list[float]:
 
 
 def _called(completion, tool: str) -> bool:
-    return any(call.split("(", 1)[0] == tool and not _tool_failed(result)
+    return any(call.split("(", 1)[0] == tool and not tool_failed(result)
                for call, result in tool_calls_and_results(completion))
 
 

@@ -46,6 +46,7 @@ RECIPE_DEFAULTS = {
     "learning_rate": 1e-6, "lr_scheduler_type": "cosine", "warmup_steps": 0.05, "max_grad_norm": 0.1,
     "gradient_checkpointing": True,  # off: --gradient_checkpointing false (or --activation_checkpointing false)
     "num_generations": 8,
+    "scale_rewards": "none",  # the group mean removed, no std division: as gsm8k_grpo.py, measured there (README)
     "per_device_train_batch_size": 8,
     "gradient_accumulation_steps": 4,  # 4 questions × 8 rollouts per optimizer step
     "max_completion_length": 2048,  # every turn after the prompt: searches, results, reads, the answer

@@ -43,6 +43,7 @@ RECIPE_DEFAULTS = {
     "max_grad_norm": 0.1,
     "gradient_checkpointing": True,  # off: --gradient_checkpointing false (or --activation_checkpointing false)
     "num_generations": 8,
+    "scale_rewards": "none",  # the group mean removed, no std division: as gsm8k_grpo.py, measured there (README)
     "per_device_train_batch_size": 8,
     "gradient_accumulation_steps": 4,  # 4 prompts × 8 completions per optimizer step
     "max_completion_length": 1024,  # the whole conversation after the prompt: calls, tool results, answer
