@@ -1,7 +1,7 @@
 """A CPU-only demo that GRPO teaches the agent recipes to use their tools, from an imperfect teacher.
 
-    python agent_demo.py --task tool --seeds 0 1 2      # tool_use_grpo.py: about 13 minutes a seed on 2 cores
-    python agent_demo.py --task search --seeds 0 1 2    # search_agent_grpo.py: about 13 minutes a seed
+    python agent_demo.py --task tool --seeds 0 1 2      # tool_use_grpo.py: about 15 minutes a seed on 2 cores
+    python agent_demo.py --task search --seeds 0 1 2    # search_agent_grpo.py: measured on seed 0 only so far
 
 The tasks can only be solved with the tool, and the teacher uses it wrongly in a way the reward can see:
 - tool: "A crate holds 347 apples. How many apples are in 86 crates?" (and subtractions of the same sizes). A tiny
@@ -94,15 +94,12 @@ def tool_conversation(recipe, problem: dict) -> list[dict]:
 def search_world(rng: random.Random, n_people: int) -> tuple[list[dict], list[dict]]:
     """A corpus of painters, towns and countries made up for this seed, and the two-hop question about each painter.
 
-    Painters and towns are numbered ("painter 4821", "town 37"), so that the tiny model copies them digit by digit as
-    it copies the tool task's numbers; the 12 countries have made-up one-token names. Which painter was born where,
-    and which town lies in which country, is drawn anew for every seed."""
-    syllables = ["ka", "lo", "mi", "ren", "ta", "vo", "shi", "ban", "del", "ru", "no", "pe", "zar", "qui", "fen",
-                 "sol", "tem", "gar", "bi", "dun"]
-    countries = set()
-    while len(countries) < 12:
-        countries.add((rng.choice(syllables) + rng.choice(syllables) + "ia").capitalize())
-    towns = {f"town {n}": rng.choice(sorted(countries)) for n in rng.sample(range(10, 100), 48)}
+    Everything is numbered ("painter 4821", "town 37", "country-5"), so that the tiny model copies names digit by
+    digit, as it copies the tool task's numbers (with one-token country names, it answered a random one of the 12).
+    "country-5" is one word to the token-F1 reward: a wrong "country 6" would otherwise earn half of F1's credit.
+    Which painter was born where, and which town lies in which country, is drawn anew for every seed."""
+    countries = [f"country-{n}" for n in rng.sample(range(1, 100), 12)]
+    towns = {f"town {n}": rng.choice(countries) for n in rng.sample(range(10, 100), 48)}
     people = [f"painter {n}" for n in rng.sample(range(1000, 10000), n_people)]
     born = {person: rng.choice(sorted(towns)) for person in people}
     corpus = [{"title": person, "text": f"{person} was born in {town}."} for person, town in born.items()]
@@ -311,7 +308,7 @@ def pipeline(seed: int, args) -> dict:
     conversations = [row["prompt"] + row["completion"] for row in teacher[:800]]
     corpus = render_jinja_template(conversations, tools=teacher[0]["tools"],  # the text the model will read
                                    chat_template=qwen2_5_chat_template)[0]
-    if args.task == "search":  # every country name as it appears in passages and answers: one token each
+    if args.task == "search":
         corpus += [p["text"] for p in map(json.loads, open(out / "corpus.jsonl"))]
     offline.build_tiny_model(out / "tiny", corpus, vocab_size=800, seed=seed,
                              hidden_size=128, num_layers=3, single_digits=True, added_tokens=("<answer>", "</answer>"))

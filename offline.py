@@ -210,7 +210,8 @@ def warm_start(model_dir: str | Path, out_dir: str | Path, conversations: list[d
     return Path(out_dir)
 
 
-def teach_copying(model_dir: str | Path, out_dir: str | Path, words: list[str], steps: int = 500, seed: int = 0) -> Path:
+def teach_copying(model_dir: str | Path, out_dir: str | Path, words: list[str], steps: int = 500,
+                  seed: int = 0) -> Path:
     """Pre-train the tiny model to copy from its context, as any pretrained language model can (induction heads).
 
     Each example lists items between filler words and asks for them back: "347 apples Biru crates 28 ... copy:" →
@@ -227,7 +228,9 @@ def teach_copying(model_dir: str | Path, out_dir: str | Path, words: list[str], 
     names, fillers = [w for w in words if w[:1].isupper()], [w for w in words if w.islower()]
 
     def item() -> str:
-        return str(rng.randint(0, 10 ** rng.randint(1, 5) - 1)) if not names or rng.random() < 0.5 else rng.choice(names)
+        if names and rng.random() < 0.5:
+            return rng.choice(names)
+        return str(rng.randint(0, 10 ** rng.randint(1, 5) - 1))
 
     rows = []
     for _ in range(32 * steps):
@@ -239,11 +242,12 @@ def teach_copying(model_dir: str | Path, out_dir: str | Path, words: list[str], 
                      learning_rate=1e-3, lr_scheduler_type="cosine", warmup_steps=0.05, completion_only_loss=True,
                      use_cpu=True, bf16=False, activation_checkpointing=False, logging_steps=100, save_strategy="no",
                      report_to="none", seed=seed, dataloader_num_workers=0, disable_tqdm=True)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
     trainer = SFTTrainer(model=AutoModelForCausalLM.from_pretrained(model_dir), args=args,
-                         train_dataset=Dataset.from_list(rows), processing_class=AutoTokenizer.from_pretrained(model_dir))
+                         train_dataset=Dataset.from_list(rows), processing_class=tokenizer)
     trainer.train()
     trainer.save_model(str(out_dir))
-    trainer.processing_class.save_pretrained(str(out_dir))
+    tokenizer.save_pretrained(str(out_dir))
     return Path(out_dir)
 
 

@@ -470,18 +470,44 @@ def _gold_text(gold) -> str | None:
     return None if gold is None else str(gold)
 
 
+# Arithmetic left to do: an operator between two numbers, a root or a power; a fraction is judged on its own below.
+_UNDONE_ARITHMETIC = re.compile(r"[\d.)}]\s*(?:[-+*×·÷^]|\*\*|\\times|\\cdot|\\div)\s*[\d.(\\{]|\\sqrt")
+
+
+def arithmetic_left_undone(predicted: str) -> bool:
+    r"""Whether an answer still holds arithmetic to do: '150 - 45', '2 * 9', '3^2', '\sqrt{324}', '\frac{36}{2}'.
+
+    A fraction in lowest terms ('1/2', '\frac{3}{4}') is a final answer; '36/2' or '\frac{4}{2}' is not. A sign
+    ('-5'), thousands separators ('1,800'), units and LaTeX wrapping are not arithmetic."""
+    if len(predicted) > MAX_ANSWER_CHARS:  # never one answer (answers_match), and no regex time on megabytes
+        return True
+    text = predicted.replace(",", "").replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac")
+    if _UNDONE_ARITHMETIC.search(text):
+        return True
+    for fraction in _PLAIN_FRACTION.finditer(text):
+        numerator, denominator = [int(g) for g in fraction.groups()[1:] if g is not None]
+        if denominator in (0, 1) or math.gcd(numerator, denominator) != 1:
+            return True
+    return False
+
+
 def correctness_reward(completions, answer, answer_tag="answer", reasoning_tag="reasoning", **kwargs) -> list[float]:
     r"""1.0 when the single answer block, as a whole, equals the gold answer (answers_match), else 0.0.
 
-    '18', '18.0', '$18', '18 dollars', '\boxed{18}' and '\frac{36}{2}' all match gold 18; '1,800' matches 1800;
-    LaTeX golds (MATH) are read as LaTeX: '\frac13' matches '\frac{1}{3}'.
+    '18', '18.0', '$18', '18 dollars' and '\boxed{18}' all match gold 18; '1,800' matches 1800; LaTeX golds (MATH)
+    are read as LaTeX: '\frac13' matches '\frac{1}{3}'.
     Gaming it: listing several numbers, writing several answer blocks, hiding the answer in the reasoning, prose
     around the number, or the gold's number inside a different value ('18!', '18 thousand', 'x < 18') all earn 0.0,
-    so guessing does not pay.
+    so guessing does not pay. When the gold is a plain number, arithmetic left undone ('150 - 45', '2 * 9',
+    '\frac{36}{2}') earns 0.0 too: otherwise the rubric does the arithmetic the model should do. A tool-use policy
+    trained while it did learned to skip the interpreter and write the expression (agent_demo.py, README).
     """
     def score(completion, gold) -> float:
-        predicted = extract_xml_answer(completion_text(completion), answer_tag, reasoning_tag)
-        return 1.0 if answers_match(predicted, _gold_text(gold)) else 0.0
+        predicted, gold = extract_xml_answer(completion_text(completion), answer_tag, reasoning_tag), _gold_text(gold)
+        if predicted is not None and gold is not None and _PLAIN_NUMBER.fullmatch(gold.strip().replace(",", "")) \
+                and arithmetic_left_undone(predicted):
+            return 0.0
+        return 1.0 if answers_match(predicted, gold) else 0.0
 
     return _score_each(score, completions, answer)
 

@@ -162,7 +162,7 @@ def test_math_verify_runs_safely_off_the_main_thread_and_in_an_event_loop():
     assert results == [True, True, False] * 4
 
     async def reward_in_event_loop():  # how TRL runs async reward functions
-        return rewards.correctness_reward([chat(answer_block("\\frac{72}{4}"))], answer=["18"])
+        return rewards.correctness_reward([chat(answer_block("\\frac{72}{4}"))], answer=["\\frac{36}{2}"])
 
     assert asyncio.run(reward_in_event_loop()) == [1.0]
 
@@ -426,3 +426,19 @@ def test_no_tool_use_pattern_outscores_a_correct_answer():
     answer_only_in_tool_code = tool_turn("print(18)", "18") + final("I computed it above.")
     for gamed in (tool_spam, answer_only_in_tool_code):
         assert total(gamed) < total(correct_with_errors) < total(correct_without_tools) < total(genuine)
+
+
+@pytest.mark.parametrize("answer", ["150 - 45", "100+5", "(100 + 5)", "2*52.5", "21 * 5", "210/2", "\\frac{210}{2}",
+                                    "\\dfrac{210}{2}", "10^2 + 5", "\\sqrt{11025}", "105 \\times 1", "105\\cdot 1",
+                                    "105 - 0", "315 \\div 3", "$100 + 5$", "\\boxed{100+5}", "105/1", "10**2+5"])
+def test_correctness_pays_nothing_for_arithmetic_left_to_the_rubric(answer):
+    """A numeric gold wants the number: '150 - 45' would let a tool-use policy skip its tool (agent_demo's ablation
+    learned exactly that while the rubric credited it)."""
+    assert rewards.correctness_reward([chat(answer_block(answer))], answer=["105"]) == [0.0]
+
+
+@pytest.mark.parametrize("answer, gold", [("105", "105"), ("1,050", "1050"), ("-5", "-5"), ("1/2", "0.5"),
+                                          ("\\frac{3}{4}", "0.75"), ("$105", "105"), ("105 apples", "105"),
+                                          ("\\frac{36}{2}", "\\frac{36}{2}"), ("2\\sqrt{2}", "2\\sqrt{2}")])
+def test_final_numbers_and_fractions_in_lowest_terms_still_count(answer, gold):
+    assert rewards.correctness_reward([chat(answer_block(answer))], answer=[gold]) == [1.0]
