@@ -173,7 +173,7 @@ def test_a_rerun_into_checkpoints_keeps_every_one_of_them(outcomes):
 def test_ctrl_c_prints_the_command_that_resumes_and_that_command_resumes(kit, tmp_path):
     out = tmp_path / "run"
     argv = [sys.executable, str(ROOT / "gsm8k_grpo.py"), "--config", str(kit / "gsm8k_grpo.yaml"), "--output_dir",
-            str(out), "--max_steps", "200", "--save_steps", "3", "--eval_strategy", "no"]
+            str(out), "--max_steps", "5000", "--save_steps", "3", "--eval_strategy", "no"]
     proc = subprocess.Popen(argv, cwd=kit, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
     while not list(out.glob("checkpoint-*")) and time.monotonic() < deadline:
