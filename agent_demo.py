@@ -37,6 +37,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from cpu_demo import run, say  # the same stages' runner: a subprocess per stage, one thread, a log each
+
 ROOT = Path(__file__).resolve().parent
 TEACHER_ERROR = 0.6  # how often the teacher uses the tool wrongly where it can go wrong
 SEARCH_FLAGS = ["--search_top_k", "1", "--snippet_chars", "80"]  # a search shows one whole passage
@@ -60,10 +62,6 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--control_ratio", type=float, default=3.0,
                         help="SFT control steps per GRPO step: about their step times' ratio on a 2-core CPU")
     return parser.parse_args(argv)
-
-
-def say(text: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {text}", flush=True)
 
 
 # -------------------------------------------------------------------------------------------------------------- tool
@@ -172,20 +170,6 @@ def write_data(out: Path, seed: int, args):
 
 
 # ------------------------------------------------------------------------------------------------------- the pipeline
-def run(script: str, *argv: str, log: Path) -> float:
-    """`python <script> <argv>` from the repository root, one torch thread; returns its wall time in seconds."""
-    import subprocess
-
-    start = time.time()
-    say(f"{script} ... (its log: {log})")
-    with open(log, "w") as f:
-        proc = subprocess.run([sys.executable, str(ROOT / script), *argv], cwd=ROOT, stdout=f, stderr=subprocess.STDOUT,
-                              env={**os.environ, "OMP_NUM_THREADS": "1"})
-    if proc.returncode:
-        sys.exit(f"{script} failed (exit {proc.returncode}); its log: {log}")
-    return time.time() - start
-
-
 def sft_argv(model: Path, rollouts: Path, out: Path, recipe: str, steps: int, seed: int, learning_rate: float,
              overwrite: bool) -> list[str]:
     return ["--recipe", recipe, "--source", "rollouts", "--rollouts", str(rollouts), "--min_reward", "0",
