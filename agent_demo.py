@@ -42,6 +42,9 @@ from cpu_demo import run, say  # the same stages' runner: a subprocess per stage
 ROOT = Path(__file__).resolve().parent
 TEACHER_ERROR = 0.6  # how often the teacher uses the tool wrongly where it can go wrong
 SEARCH_FLAGS = ["--search_top_k", "1", "--snippet_chars", "80"]  # a search shows one whole passage
+# Tool: at temperature 1.0 a third of the tiny model's samples broke the tool-call format and seed 2 did not move in
+# 50 steps at 2e-5 (+0.0); on that seed 0.7 and 5e-5 gave +19.8, 1e-4 broke the copying of numbers (-3.0; README).
+GRPO_DEFAULTS = {"tool": {"grpo_lr": 5e-5, "temperature": 0.7}, "search": {"grpo_lr": 2e-5, "temperature": 1.0}}
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -57,27 +60,35 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--copy_steps", type=int, default=500, help="steps of offline.teach_copying, batch 32")
     parser.add_argument("--sft_steps", type=int, default=250, help="SFT steps, batch 32, lr 1e-3 cosine")
     parser.add_argument("--grpo_steps", type=int, default=50, help="GRPO steps, 8 prompts x 8 completions each")
-    parser.add_argument("--grpo_lr", type=float, default=2e-5, help="GRPO learning rate, constant")
-    parser.add_argument("--temperature", type=float, default=1.0, help="GRPO sampling temperature")
+    parser.add_argument("--grpo_lr", type=float, default=argparse.SUPPRESS, help="GRPO learning rate, constant "
+                        "(default: tool 5e-5, search 2e-5)")
+    parser.add_argument("--temperature", type=float, default=argparse.SUPPRESS, help="GRPO sampling temperature "
+                        "(default: tool 0.7, search 1.0)")
     parser.add_argument("--control_ratio", type=float, default=3.0,
                         help="SFT control steps per GRPO step: about their step times' ratio on a 2-core CPU")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    for name, value in GRPO_DEFAULTS[args.task].items():
+        if not hasattr(args, name):  # not given
+            setattr(args, name, value)
+    return args
 
 
 # -------------------------------------------------------------------------------------------------------------- tool
-def tool_problem(rng: random.Random) -> dict:
-    """One word problem in GSM8K form, its kind, and the code the teacher writes for it (wrong 60% of multiplies).
+def tool_problem(rng: random.Random, mistaken: tuple[str, ...] = ("multiply",)) -> dict:
+    """One word problem in GSM8K form, its kind, and the code the teacher writes for it: `a + b` in 60% of the kinds
+    it gets wrong (multiplies here; merge_demo.py's teacher gets subtractions wrong too).
 
     One wording per kind keeps the numbers at fixed places, so that a tiny model learns to copy them in minutes."""
     a, b = rng.randint(100, 999), rng.randint(11, 99)
     if rng.random() < 0.5:
-        question = f"A crate holds {a} apples. How many apples are in {b} crates?"
-        right, teacher = a * b, f"print({a} + {b})" if rng.random() < TEACHER_ERROR else f"print({a} * {b})"
+        question, right, operator = f"A crate holds {a} apples. How many apples are in {b} crates?", a * b, "*"
         kind = "multiply"
     else:
-        question = f"A shop had {a} apples and sold {b}. How many apples are left?"
-        right, teacher, kind = a - b, f"print({a} - {b})", "subtract"
-    return {"question": question, "answer": f"#### {right}", "kind": kind, "teacher": teacher}
+        question, right, operator = f"A shop had {a} apples and sold {b}. How many apples are left?", a - b, "-"
+        kind = "subtract"
+    if kind in mistaken and rng.random() < TEACHER_ERROR:
+        operator = "+"
+    return {"question": question, "answer": f"#### {right}", "kind": kind, "teacher": f"print({a} {operator} {b})"}
 
 
 def tool_conversation(recipe, problem: dict) -> list[dict]:
@@ -120,10 +131,10 @@ def search_conversation(recipe, question: dict, rng: random.Random) -> list[dict
 
 
 # -------------------------------------------------------------------------------------------------------------- data
-def write_data(out: Path, seed: int, args):
+def write_data(out: Path, seed: int, args, mistaken: tuple[str, ...] = ("multiply",)):
     """rl/{train,test}.jsonl, teacher.jsonl (evaluate.py's format, scored by the recipe's rubric); the recipe module.
 
-    No problem or person is in two of SFT, RL and held-out."""
+    No problem or person is in two of SFT, RL and held-out. mistaken: the tool problems the teacher gets wrong."""
     import evaluate
     from transformers.utils import get_json_schema
 
@@ -134,7 +145,7 @@ def write_data(out: Path, seed: int, args):
 
         seen, rows = set(), []
         while len(rows) < args.n_test + args.n_rl + args.n_sft:
-            problem = tool_problem(rng)
+            problem = tool_problem(rng, mistaken)
             if problem["question"] not in seen:
                 seen.add(problem["question"])
                 rows.append(problem)
@@ -166,7 +177,7 @@ def write_data(out: Path, seed: int, args):
              "tools": schemas} for e, c in zip(examples, teacher, strict=True)]
     evaluate.score(recipe, logs, examples)  # the recipe's own rubric: the teacher's mistakes score low, not zero
     (out / "teacher.jsonl").write_text("".join(json.dumps(row) + "\n" for row in logs))
-    return recipe, sft, logs
+    return recipe, rl, logs
 
 
 # ------------------------------------------------------------------------------------------------------- the pipeline
@@ -179,20 +190,22 @@ def sft_argv(model: Path, rollouts: Path, out: Path, recipe: str, steps: int, se
             "false", "--logging_steps", "25", "--seed", str(seed), *(["--overwrite_output_dir"] * overwrite)]
 
 
-def environment(args, out: Path, useless: bool) -> list[str]:
-    """The recipe flags that make the environment: the task's data and tools, or the ablation's useless tool."""
+def environment(args, out: Path, useless: bool, data: str = "rl") -> list[str]:
+    """The recipe flags that make the environment: the task's data (the out/<data> folder) and tools, or the
+    ablation's useless tool."""
     if args.task == "tool":
-        return ["--dataset_path", str(out / "rl"), "--max_tool_calling_iterations", "1",
+        return ["--dataset_path", str(out / data), "--max_tool_calling_iterations", "1",
                 "--max_completion_length", "64",
                 *(["--tool_seconds_per_step", "0"] if useless else [])]  # no time for code: every call is an error
     corpus = out / ("useless_corpus.jsonl" if useless else "corpus.jsonl")
-    return ["--dataset_path", str(out / "rl"), "--corpus_path", str(corpus), "--index_dir", str(out / "index"),
+    return ["--dataset_path", str(out / data), "--corpus_path", str(corpus), "--index_dir", str(out / "index"),
             "--max_tool_calling_iterations", "2", "--max_completion_length", "160", *SEARCH_FLAGS]
 
 
-def grpo_argv(args, out: Path, model: Path, output: Path, seed: int, useless: bool = False) -> list[str]:
-    steps = str(args.grpo_steps)
-    return [*environment(args, out, useless), "--model_name_or_path", str(model), "--output_dir", str(output),
+def grpo_argv(args, out: Path, model: Path, output: Path, seed: int, useless: bool = False, data: str = "rl",
+              steps: int | None = None) -> list[str]:
+    steps = str(steps or args.grpo_steps)
+    return [*environment(args, out, useless, data), "--model_name_or_path", str(model), "--output_dir", str(output),
             "--max_steps", steps, "--learning_rate", str(args.grpo_lr), "--lr_scheduler_type", "constant",
             "--warmup_steps", "0", "--max_grad_norm", "1.0", "--beta", "0", "--temperature", str(args.temperature),
             "--num_generations", "8", "--per_device_train_batch_size", "64", "--gradient_accumulation_steps", "1",
@@ -279,16 +292,17 @@ def held_out(recipe, model: Path, args, out: Path, useless: bool = False) -> dic
     return figures
 
 
-def pipeline(seed: int, args) -> dict:
+def sft_start(out: Path, seed: int, args, mistaken: tuple[str, ...] = ("multiply",)):
+    """Stages 1-3: the data and the teacher, the tiny model that can copy, SFT on the teacher (out/sft).
+
+    Returns the recipe module, the RL problems and the stages' seconds."""
     from transformers.utils.chat_template_utils import render_jinja_template
     from trl.chat_template_utils import qwen2_5_chat_template
 
     import offline
 
-    out = Path(args.out_dir).resolve() / args.task / f"seed{seed}"
-    start = time.time()
     say(f"seed {seed}: data, the teacher's conversations and the tiny model in {out}")
-    recipe, _, teacher = write_data(out, seed, args)
+    recipe, rl, teacher = write_data(out, seed, args, mistaken)
     conversations = [row["prompt"] + row["completion"] for row in teacher[:800]]
     corpus = render_jinja_template(conversations, tools=teacher[0]["tools"],  # the text the model will read
                                    chat_template=qwen2_5_chat_template)[0]
@@ -305,6 +319,14 @@ def pipeline(seed: int, args) -> dict:
     times["sft"] = run("sft_warmstart.py", *sft_argv(out / "base", out / "teacher.jsonl", out / "sft", name,
                                                      args.sft_steps, seed, 1e-3, args.overwrite_output_dir),
                        log=out / "sft.log")
+    return recipe, rl, times
+
+
+def pipeline(seed: int, args) -> dict:
+    out = Path(args.out_dir).resolve() / args.task / f"seed{seed}"
+    start = time.time()
+    recipe, _, times = sft_start(out, seed, args)
+    name = recipe.__name__
     say(f"seed {seed}: held-out figures of the SFT start")
     before = held_out(recipe, out / "sft", args, out)
     say(f"seed {seed}: SFT start {before}")
