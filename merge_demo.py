@@ -42,7 +42,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--n_sft", type=int, default=2000, help="teacher conversations for SFT")
     parser.add_argument("--n_rl", type=int, default=800, help="RL problems, both kinds (true answers only)")
     parser.add_argument("--n_test", type=int, default=500, help="held-out problems, both kinds")
-    parser.add_argument("--copy_steps", type=int, default=500, help="steps of offline.teach_copying")
+    parser.add_argument("--copy_steps", type=int, default=800, help="steps of offline.teach_copying")
     parser.add_argument("--sft_steps", type=int, default=250, help="SFT steps, batch 32, lr 1e-3 cosine")
     parser.add_argument("--grpo_steps", type=int, default=50, help="each specialist's GRPO steps (joint: twice)")
     parser.add_argument("--joint_steps", type=int, default=None, help="the joint run's GRPO steps (default: "
