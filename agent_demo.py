@@ -1,6 +1,6 @@
 """A CPU-only demo that GRPO teaches the agent recipes to use their tools, from an imperfect teacher.
 
-    python agent_demo.py --task tool --seeds 0 1 2      # tool_use_grpo.py: about 15 minutes a seed on 2 cores
+    python agent_demo.py --task tool --seeds 0 1 2      # tool_use_grpo.py: 13-15 minutes a seed on 2 cores
     python agent_demo.py --task search --seeds 0 1 2    # search_agent_grpo.py: measured on seed 0 only so far
 
 The tasks can only be solved with the tool, and the teacher uses it wrongly in a way the reward can see:
@@ -43,7 +43,7 @@ ROOT = Path(__file__).resolve().parent
 TEACHER_ERROR = 0.6  # how often the teacher uses the tool wrongly where it can go wrong
 SEARCH_FLAGS = ["--search_top_k", "1", "--snippet_chars", "80"]  # a search shows one whole passage
 # Tool: at temperature 1.0 a third of the tiny model's samples broke the tool-call format and seed 2 did not move in
-# 50 steps at 2e-5 (+0.0); on that seed 0.7 and 5e-5 gave +19.8, 1e-4 broke the copying of numbers (-3.0; README).
+# 50 steps at 2e-5 (+0.0); from that start 0.7 and 5e-5 gave +19.8, 0.7 and 1e-4 broke the copying of numbers (-3.0).
 GRPO_DEFAULTS = {"tool": {"grpo_lr": 5e-5, "temperature": 0.7}, "search": {"grpo_lr": 2e-5, "temperature": 1.0}}
 
 

@@ -1,6 +1,6 @@
 """A CPU-only test of merging skill specialists: GRPO on each skill from one SFT start, then merge_models.py.
 
-    python merge_demo.py --seeds 0 1 2
+    python merge_demo.py --seeds 0 1 2      # about 20 minutes a seed on 2 cores
 
 The task is agent_demo.py's tool task with a teacher that gets both kinds of problem wrong: it writes `a + b` in 60%
 of the multiplications ("How many apples are in 86 crates?") and in 60% of the subtractions ("...sold 86. How many

@@ -220,9 +220,12 @@ def merge(models: list[str], output_dir: str, method: str = "linear", weights: l
     check_tokenizers(described)
     check_shared_base([m["path"] for m in described if not m["lora"]], base if base and Path(base).is_dir() else None)
 
-    from mergekit.config import MergeConfiguration
-    from mergekit.merge import run_merge
-    from mergekit.options import MergeOptions
+    try:
+        from mergekit.config import MergeConfiguration
+        from mergekit.merge import run_merge
+        from mergekit.options import MergeOptions
+    except ImportError:
+        sys.exit("merge_models.py needs mergekit: `pip install 'mergekit>=0.1.5,<0.2'`")
     from transformers import AutoTokenizer, GenerationConfig
 
     parameters = lambda w: {"weight": w, **({"density": density} if method in SPARSE else {})}  # noqa: E731
