@@ -174,7 +174,9 @@ def test_ctrl_c_prints_the_command_that_resumes_and_that_command_resumes(kit, tm
     out = tmp_path / "run"
     argv = [sys.executable, str(ROOT / "gsm8k_grpo.py"), "--config", str(kit / "gsm8k_grpo.yaml"), "--output_dir",
             str(out), "--max_steps", "5000", "--save_steps", "3", "--eval_strategy", "no"]
-    proc = subprocess.Popen(argv, cwd=kit, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # As in a terminal: a test run started in the background (`cmd &`) ignores SIGINT, and its children inherit that.
+    proc = subprocess.Popen(argv, cwd=kit, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 120
     while not list(out.glob("checkpoint-*")) and time.monotonic() < deadline:
         time.sleep(0.2)
