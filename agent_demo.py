@@ -1,7 +1,7 @@
 """A CPU-only demo that GRPO teaches the agent recipes to use their tools, from an imperfect teacher.
 
     python agent_demo.py --task tool --seeds 0 1 2      # tool_use_grpo.py: 13-15 minutes a seed on 2 cores
-    python agent_demo.py --task search --seeds 0 1 2    # search_agent_grpo.py: measured on seed 0 only so far
+    python agent_demo.py --task search --seeds 0 1 2    # search_agent_grpo.py: 12 minutes a seed
 
 The tasks can only be solved with the tool, and the teacher uses it wrongly in a way the reward can see:
 - tool: "A crate holds 347 apples. How many apples are in 86 crates?" (and subtractions of the same sizes). A tiny
@@ -44,7 +44,15 @@ TEACHER_ERROR = 0.6  # how often the teacher uses the tool wrongly where it can 
 SEARCH_FLAGS = ["--search_top_k", "1", "--snippet_chars", "80"]  # a search shows one whole passage
 # Tool: at temperature 1.0 a third of the tiny model's samples broke the tool-call format and seed 2 did not move in
 # 50 steps at 2e-5 (+0.0); from that start 0.7 and 5e-5 gave +19.8, 0.7 and 1e-4 broke the copying of numbers (-3.0).
-GRPO_DEFAULTS = {"tool": {"grpo_lr": 5e-5, "temperature": 0.7}, "search": {"grpo_lr": 2e-5, "temperature": 1.0}}
+# Search: its conversations are 2.2x the tool task's tokens (450: two tool schemas, two searches), so it takes half the
+# prompts per GRPO step (a step measured 7.5 -> 3.3 s), an SFT control as long as GRPO (2.5 steps a step), and its
+# copying and SFT run on both cores, the only process then (SFT: 1.9 -> 1.1 s a step); the tool task was measured with
+# one. At SFT batch 16 seed 1 stalled at loss 0.34 for 250
+# steps (it never learned to copy the town from the search result: SFT start 0.0%, GRPO +6.4); at 32, 0.063 by 200.
+TASK_DEFAULTS = {"tool": {"grpo_lr": 5e-5, "temperature": 0.7, "sft_batch": 32, "grpo_prompts": 8, "solo_threads": 1,
+                          "control_ratio": 3.0},
+                 "search": {"grpo_lr": 2e-5, "temperature": 1.0, "sft_batch": 32, "grpo_prompts": 4, "solo_threads": 2,
+                            "control_ratio": 2.5}}
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -58,17 +66,23 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--n_rl", type=int, default=800, help="RL problems (true answers only)")
     parser.add_argument("--n_test", type=int, default=500, help="held-out problems, never seen in SFT or RL")
     parser.add_argument("--copy_steps", type=int, default=800, help="steps of offline.teach_copying, batch 32")
-    parser.add_argument("--sft_steps", type=int, default=250, help="SFT steps, batch 32, lr 1e-3 cosine")
-    parser.add_argument("--grpo_steps", type=int, default=50, help="GRPO steps, 8 prompts x 8 completions each")
+    parser.add_argument("--sft_steps", type=int, default=250, help="SFT steps, lr 1e-3 cosine")
+    parser.add_argument("--sft_batch", type=int, default=argparse.SUPPRESS, help="SFT (and control) batch size "
+                        "(default: 32)")
+    parser.add_argument("--solo_threads", type=int, default=argparse.SUPPRESS, help="torch threads of copying and SFT, "
+                        "the stages that run alone (default: tool 1, search 2)")
+    parser.add_argument("--grpo_steps", type=int, default=50, help="GRPO steps, --grpo_prompts x 8 completions each")
+    parser.add_argument("--grpo_prompts", type=int, default=argparse.SUPPRESS, help="prompts per GRPO step, 8 "
+                        "completions each (default: tool 8, search 4)")
     parser.add_argument("--grpo_lr", type=float, default=argparse.SUPPRESS, help="GRPO learning rate, constant "
                         "(default: tool 5e-5, search 2e-5)")
     parser.add_argument("--temperature", type=float, default=argparse.SUPPRESS, help="GRPO sampling temperature "
                         "(default: tool 0.7, search 1.0)")
-    parser.add_argument("--control_ratio", type=float, default=3.0,
+    parser.add_argument("--control_ratio", type=float, default=argparse.SUPPRESS,
                         help="SFT control steps per GRPO step: about their step times' ratio on a 2-core CPU (0: "
-                        "no control, as in the slow tests)")
+                        "no control, as in the slow tests; default: tool 3.0, search 2.5)")
     args = parser.parse_args(argv)
-    for name, value in GRPO_DEFAULTS[args.task].items():
+    for name, value in TASK_DEFAULTS[args.task].items():
         if not hasattr(args, name):  # not given
             setattr(args, name, value)
     return args
@@ -183,10 +197,10 @@ def write_data(out: Path, seed: int, args, mistaken: tuple[str, ...] = ("multipl
 
 # ------------------------------------------------------------------------------------------------------- the pipeline
 def sft_argv(model: Path, rollouts: Path, out: Path, recipe: str, steps: int, seed: int, learning_rate: float,
-             overwrite: bool) -> list[str]:
+             overwrite: bool, batch: int) -> list[str]:
     return ["--recipe", recipe, "--source", "rollouts", "--rollouts", str(rollouts), "--min_reward", "0",
             "--best_of", "1", "--model_name_or_path", str(model), "--output_dir", str(out), "--max_steps", str(steps),
-            "--learning_rate", str(learning_rate), "--per_device_train_batch_size", "32",
+            "--learning_rate", str(learning_rate), "--per_device_train_batch_size", str(batch),
             "--gradient_accumulation_steps", "1", "--warmup_steps", "0.05", "--use_cpu", "--activation_checkpointing",
             "false", "--logging_steps", "25", "--seed", str(seed), *(["--overwrite_output_dir"] * overwrite)]
 
@@ -209,7 +223,8 @@ def grpo_argv(args, out: Path, model: Path, output: Path, seed: int, useless: bo
     return [*environment(args, out, useless, data), "--model_name_or_path", str(model), "--output_dir", str(output),
             "--max_steps", steps, "--learning_rate", str(args.grpo_lr), "--lr_scheduler_type", "constant",
             "--warmup_steps", "0", "--max_grad_norm", "1.0", "--beta", "0", "--temperature", str(args.temperature),
-            "--num_generations", "8", "--per_device_train_batch_size", "64", "--gradient_accumulation_steps", "1",
+            "--num_generations", "8", "--per_device_train_batch_size", str(8 * args.grpo_prompts),
+            "--gradient_accumulation_steps", "1",
             "--eval_strategy", "no", "--save_steps", steps, "--save_only_model",
             "--logging_steps", str(min(5, args.grpo_steps)),
             "--report_to", "none", "--use_cpu", "--use_peft", "false", "--activation_checkpointing", "false",
@@ -297,6 +312,7 @@ def sft_start(out: Path, seed: int, args, mistaken: tuple[str, ...] = ("multiply
     """Stages 1-3: the data and the teacher, the tiny model that can copy, SFT on the teacher (out/sft).
 
     Returns the recipe module, the RL problems and the stages' seconds."""
+    import torch
     from transformers.utils.chat_template_utils import render_jinja_template
     from trl.chat_template_utils import qwen2_5_chat_template
 
@@ -313,13 +329,15 @@ def sft_start(out: Path, seed: int, args, mistaken: tuple[str, ...] = ("multiply
                              hidden_size=128, num_layers=3, single_digits=True, added_tokens=("<answer>", "</answer>"))
     say(f"seed {seed}: the tiny model learns to copy from its context ({args.copy_steps} steps)")
     copy_start = time.time()
+    torch.set_num_threads(args.solo_threads)
     offline.teach_copying(out / "tiny", out / "base", sorted(set(re.findall(r"[A-Za-z]+", " ".join(corpus)))),
                           steps=args.copy_steps, seed=seed)
+    torch.set_num_threads(1)  # the held-out figures share the machine with training
     name = recipe.__name__
     times = {"copying": time.time() - copy_start}
-    times["sft"] = run("sft_warmstart.py", *sft_argv(out / "base", out / "teacher.jsonl", out / "sft", name,
-                                                     args.sft_steps, seed, 1e-3, args.overwrite_output_dir),
-                       log=out / "sft.log")
+    sft = sft_argv(out / "base", out / "teacher.jsonl", out / "sft", name, args.sft_steps, seed, 1e-3,
+                   args.overwrite_output_dir, args.sft_batch)
+    times["sft"] = run("sft_warmstart.py", *sft, log=out / "sft.log", threads=args.solo_threads)
     return recipe, rl, times
 
 
@@ -328,8 +346,8 @@ def pipeline(seed: int, args) -> dict:
     start = time.time()
     recipe, _, times = sft_start(out, seed, args)
     name = recipe.__name__
-    control = sft_argv(out / "sft", out / "teacher.jsonl", out / "control", name,
-                       round(args.control_ratio * args.grpo_steps), seed, 3e-4, args.overwrite_output_dir)
+    control = sft_argv(out / "sft", out / "teacher.jsonl", out / "control", name, round(args.control_ratio *
+                       args.grpo_steps), seed, 3e-4, args.overwrite_output_dir, args.sft_batch)
     result = {"seed": seed}
     # Two training processes, a core each: GRPO beside the control, then the ablation on the first core free. The
     # held-out figures are taken in this process meanwhile, each as soon as its model is ready.

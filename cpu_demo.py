@@ -99,13 +99,14 @@ def say(text: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {text}", flush=True)
 
 
-def run(script: str, *argv: str, log: Path) -> float:
-    """`python <script> <argv>` from the repository root, one torch thread; returns its wall time in seconds."""
+def run(script: str, *argv: str, log: Path, threads: int = 1) -> float:
+    """`python <script> <argv>` from the repository root, one torch thread unless told; returns its wall time in
+    seconds."""
     start = time.time()
     say(f"{script} ... (its log: {log})")
     with open(log, "w") as f:
         proc = subprocess.run([sys.executable, str(ROOT / script), *argv], cwd=ROOT, stdout=f, stderr=subprocess.STDOUT,
-                              env={**os.environ, "OMP_NUM_THREADS": "1"})
+                              env={**os.environ, "OMP_NUM_THREADS": str(threads)})
     if proc.returncode:
         sys.exit(f"{script} failed (exit {proc.returncode}); its log: {log}")
     return time.time() - start

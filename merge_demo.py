@@ -23,7 +23,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from agent_demo import grpo_argv, held_out, sft_start
+from agent_demo import TASK_DEFAULTS, grpo_argv, held_out, sft_start
 from cpu_demo import run, say
 
 ROOT = Path(__file__).resolve().parent
@@ -51,6 +51,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--temperature", type=float, default=0.7, help="GRPO sampling temperature")
     args = parser.parse_args(argv)
     args.task = "tool"  # what agent_demo's stages read
+    for name in ("sft_batch", "grpo_prompts", "solo_threads"):
+        setattr(args, name, TASK_DEFAULTS["tool"][name])
     args.joint_steps = 2 * args.grpo_steps if args.joint_steps is None else args.joint_steps
     return args
 

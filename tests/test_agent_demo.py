@@ -32,7 +32,7 @@ def test_help_shows_every_default_without_importing_torch():
     assert " torch" not in proc.stderr  # -X importtime lists every module imported
 
 
-@pytest.mark.parametrize("task", ["tool"])  # search: its reduced run is not measured yet (README)
+@pytest.mark.parametrize("task", ["tool", "search"])
 def test_sft_rl_and_held_out_never_share_a_question(tmp_path, task):
     out, teacher = data(tmp_path, task)
     rl, test = read(out / "rl" / "train.jsonl"), read(out / "rl" / "test.jsonl")
@@ -79,7 +79,7 @@ def test_an_earlier_demo_is_never_replaced_without_asking(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("task", ["tool"])  # search: its reduced run is not measured yet (README)
+@pytest.mark.parametrize("task", ["tool", "search"])
 def test_grpo_teaches_the_agent_its_tool_and_a_useless_tool_teaches_nothing(tmp_path, task):
     """Seed 0, reduced (200 held-out problems, 40 GRPO steps, no SFT control): GRPO gains 10 points over the SFT
     start, and GRPO with a tool that is no use gains less than a third of that."""
