@@ -9,6 +9,8 @@ offline/search_toy/                     a generated corpus (corpus.jsonl) and tw
 offline/tiny-qwen2/                     a random Qwen2ForCausalLM (~0.17M parameters) with a byte-level BPE tokenizer
                                         trained on the kit's text and TRL's bundled Qwen2.5 chat template
 offline/tiny-qwen2-{tools,search}/      the same model after a short SFT on tool-call conversations (--tools, --search)
+offline/tiny-qwen3*/                    with --thinking, instead: Qwen3's chat template (enable_thinking), warm starts
+                                        that think before each turn, and configs with `thinking: true`
 offline/<recipe>.yaml                   a `--config` for each recipe that trains on the above on CPU
 
 The base model is untrained, so its completions are noise and its rewards near zero: the kit exercises every code
@@ -128,15 +130,17 @@ def search_conversations(questions_file: str | Path, index, system_prompt: str) 
 
 def build_tiny_model(out_dir: str | Path, corpus: list[str], vocab_size: int = 2048, seed: int = 0,
                      hidden_size: int = 64, num_layers: int = 2, single_digits: bool = False,
-                     added_tokens: tuple[str, ...] = ()) -> Path:
+                     added_tokens: tuple[str, ...] = (), thinking: bool = False) -> Path:
     """Train a byte-level BPE tokenizer on `corpus`, build a small random Qwen2ForCausalLM, save both to out_dir.
 
-    single_digits: every digit its own token (arithmetic is learnable digit by digit); added_tokens: kept whole.
+    single_digits: every digit its own token (arithmetic is learnable digit by digit); added_tokens: kept whole;
+    thinking: Qwen3's chat template (it reads enable_thinking and drops earlier turns' thinking when it re-renders a
+    conversation) and its <think></think> tokens, instead of Qwen2.5's.
     """
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
-    from trl.chat_template_utils import qwen2_5_chat_template
+    from trl.chat_template_utils import qwen2_5_chat_template, qwen3_chat_template
 
     special = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
     bpe = Tokenizer(models.BPE())
@@ -148,9 +152,10 @@ def build_tiny_model(out_dir: str | Path, corpus: list[str], vocab_size: int = 2
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
     bpe.train_from_iterator(corpus, trainer=trainer)
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token="<|im_end|>", pad_token="<|endoftext|>",
-                                        chat_template=qwen2_5_chat_template)
-    # Qwen2.5 keeps its tool-call markers as single added tokens; so does the tiny tokenizer, for the tool recipes.
-    tokenizer.add_tokens(["<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>", *added_tokens])
+                                        chat_template=qwen3_chat_template if thinking else qwen2_5_chat_template)
+    # Qwen keeps its tool-call (and thinking) markers as single added tokens; so does the tiny tokenizer.
+    tokenizer.add_tokens(["<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>",
+                          *(["<think>", "</think>"] if thinking else []), *added_tokens])
 
     torch.manual_seed(seed)
     im_end, pad = tokenizer.convert_tokens_to_ids("<|im_end|>"), tokenizer.pad_token_id
@@ -183,6 +188,14 @@ def tool_call_conversations(data_dir: str | Path, system_prompt: str, split: str
             {"role": "assistant", "content": f"<answer>{result}</answer>"},
         ]})
     return conversations
+
+
+def with_thinking(conversations: list[dict]) -> list[dict]:
+    """The same conversations from a thinking model: a short <think> block (reasoning_content) before every
+    assistant turn, as Qwen3 writes with enable_thinking."""
+    thoughts = {True: "I need a tool for this.", False: "I have what I need."}
+    return [{"messages": [{**m, "reasoning_content": thoughts[bool(m.get("tool_calls"))]} if m["role"] == "assistant"
+                          else m for m in c["messages"]]} for c in conversations]
 
 
 def warm_start(model_dir: str | Path, out_dir: str | Path, conversations: list[dict], tools: list,
@@ -279,11 +292,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out_dir", default="offline", help="where to write the kit")
     parser.add_argument("--tools", action="store_true", help="also warm-start a model for tool_use_grpo.py")
     parser.add_argument("--search", action="store_true", help="also a search corpus and a model for search_agent_grpo")
+    parser.add_argument("--thinking", action="store_true", help="a thinking model instead (tiny-qwen3*): Qwen3's chat "
+                        "template, warm starts that think before each turn, and configs with thinking: true")
     parser.add_argument("--sft_steps", type=int, default=150, help="SFT steps of each warm start")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     import yaml
-    from trl.chat_template_utils import qwen2_5_chat_template
+    from trl.chat_template_utils import qwen2_5_chat_template, qwen3_chat_template
 
     import gsm8k_grpo
     import search_agent_grpo
@@ -293,16 +308,20 @@ def main(argv: list[str] | None = None) -> None:
     data_dir = write_toy_gsm8k(out / "gsm8k_toy", seed=args.seed)
     search_dir = write_toy_search(out / "search_toy", seed=args.seed)
     conversations = tool_call_conversations(data_dir, tool_use_grpo.SYSTEM_PROMPT)
+    think = with_thinking if args.thinking else lambda conversations: conversations
+    conversations = think(conversations)
+    name = "tiny-qwen3" if args.thinking else "tiny-qwen2"
     # The tokenizer learns the text it will see: the data, the system prompts, the chat template's tool header.
     corpus = [line for split in ("train", "test") for line in (data_dir / f"{split}.jsonl").read_text().splitlines()]
     corpus += (search_dir / "corpus.jsonl").read_text().splitlines()
     corpus += [gsm8k_grpo.SYSTEM_PROMPT, tool_use_grpo.SYSTEM_PROMPT, search_agent_grpo.SYSTEM_PROMPT,
-               qwen2_5_chat_template, json.dumps(conversations[:8]),
+               qwen3_chat_template if args.thinking else qwen2_5_chat_template, json.dumps(conversations[:8]),
                "<reasoning>\nStep by step.\n</reasoning>\n<answer>\n42\n</answer>"]
-    model_dir = build_tiny_model(out / "tiny-qwen2", corpus, seed=args.seed)
+    model_dir = build_tiny_model(out / name, corpus, seed=args.seed, thinking=args.thinking)
     written = [data_dir, search_dir, model_dir, out / "gsm8k_grpo.yaml"]
     config = {"model_name_or_path": str(model_dir), "dataset_path": str(data_dir),
-              "output_dir": str(out / "runs" / "gsm8k_grpo"), **OFFLINE_GRPO_CONFIG}
+              "output_dir": str(out / "runs" / "gsm8k_grpo"), **OFFLINE_GRPO_CONFIG,
+              **({"thinking": True} if args.thinking else {})}
     (out / "gsm8k_grpo.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
     sft_config = {"recipe": "gsm8k_grpo", "source": "gold", "dataset_path": str(data_dir),
                   "model_name_or_path": str(model_dir), "output_dir": str(out / "runs" / "sft_warmstart"),
@@ -311,7 +330,7 @@ def main(argv: list[str] | None = None) -> None:
     (out / "sft_warmstart.yaml").write_text(yaml.safe_dump(sft_config, sort_keys=False))
     written.append(out / "sft_warmstart.yaml")
     if args.tools:
-        tools_dir = warm_start(model_dir, out / "tiny-qwen2-tools", conversations, tool_use_grpo.TOOLS,
+        tools_dir = warm_start(model_dir, out / f"{name}-tools", conversations, tool_use_grpo.TOOLS,
                                steps=args.sft_steps, seed=args.seed)
         tool_config = {**config, "model_name_or_path": str(tools_dir), "max_completion_length": 96,
                        "max_tool_calling_iterations": 2, "output_dir": str(out / "runs" / "tool_use_grpo")}
@@ -322,9 +341,9 @@ def main(argv: list[str] | None = None) -> None:
                           "search_top_k": 2, "snippet_chars": 90}
         index = search_agent_grpo.SearchIndex(search_agent_grpo.build_corpus(search_options["corpus_path"]),
                                               search_options["index_dir"], 2, 90)
-        search_model = warm_start(model_dir, out / "tiny-qwen2-search",
-                                  search_conversations(search_dir / "questions" / "train.jsonl", index,
-                                                       search_agent_grpo.SYSTEM_PROMPT),
+        search_model = warm_start(model_dir, out / f"{name}-search",
+                                  think(search_conversations(search_dir / "questions" / "train.jsonl", index,
+                                                             search_agent_grpo.SYSTEM_PROMPT)),
                                   search_agent_grpo.TOOLS, steps=args.sft_steps, seed=args.seed)
         search_config = {**config, **search_options, "model_name_or_path": str(search_model),
                          "dataset_path": str(search_dir / "questions"), "max_completion_length": 192,

@@ -72,6 +72,10 @@ class RecipeGRPOConfig(GRPOConfig):
     lora_learning_rate: float | None = field(default=None, metadata={"help": "The learning rate with --use_peft when "
                                              "--learning_rate is not given. Default: 10 x the recipe's full fine-tune "
                                              "rate, as LoRA needs (Schulman et al., 'LoRA Without Regret', 2025)."})
+    thinking: bool | None = field(default=None, metadata={"nargs": "?", "const": True, "help": "For thinking models "
+                                  "(Qwen3-style templates, which read enable_thinking): true thinks inside "
+                                  "<think></think> before every answer, false answers at once. Default: the "
+                                  "template's own default. The rubrics read what follows the thinking."})
 
     def __post_init__(self):
         cuda = default_precision(self)
@@ -84,7 +88,9 @@ class RecipeGRPOConfig(GRPOConfig):
         elif self.use_vllm and not cuda:
             sys.exit("--use_vllm needs a CUDA GPU; drop --use_vllm to generate with transformers.")
         check_batch_divisibility(self)
-        super().__post_init__()
+        super().__post_init__()  # turns a --chat_template_kwargs JSON string into a dict
+        if self.thinking is not None:
+            self.chat_template_kwargs = {**(self.chat_template_kwargs or {}), "enable_thinking": self.thinking}
 
 
 @dataclass
@@ -307,6 +313,22 @@ def check_tool_template(tokenizer, model_name: str) -> None:
                          "gpt-oss, LFM2, Gemma 4 or DeepSeek-R1-Distill.")
 
 
+def check_thinking_template(tokenizer, model_name: str, thinking: bool | None) -> None:
+    """A template that reads enable_thinking gets TRL's response parser, which moves each turn's <think> block out of
+    the message content (into reasoning_content): every rubric then judges only what follows the thinking, in every
+    recipe, as it would for a model that does not think."""
+    if "enable_thinking" not in str(tokenizer.chat_template):
+        if thinking is not None:
+            sys.exit(f"--thinking: {model_name}'s chat template has no enable_thinking switch (Qwen3-style templates "
+                     "have one); drop --thinking for this model.")
+        return
+    try:
+        add_response_schema(tokenizer)
+    except ValueError:
+        sys.exit(f"{model_name}: its chat template thinks (enable_thinking) but TRL cannot parse the thinking out of "
+                 "its completions; use a Qwen3 or Qwen3.5 model, or a template TRL knows.")
+
+
 def setup_logging() -> None:
     """Our INFO lines on rank 0 only; library warnings that repeat the same internal notice every run, filtered."""
     rank = int(os.environ.get("RANK", "0"))
@@ -425,6 +447,7 @@ def prepare(training_args: GRPOConfig, model_args: ModelConfig, reward_funcs: li
                  "tokenizer.chat_template before training.")
     if tools:
         check_tool_template(tokenizer, model_args.model_name_or_path)
+    check_thinking_template(tokenizer, model_args.model_name_or_path, getattr(training_args, "thinking", None))
     setup_wandb(training_args)
     training_args.model_init_kwargs = {"dtype": model_args.dtype, "revision": model_args.model_revision,
                                        "attn_implementation": model_args.attn_implementation,

@@ -63,8 +63,11 @@ def _content_text(content) -> str:
 
 
 def after_thinking(text: str, think_tag: str = "think") -> str:
-    """The text after the last `</think>`, where R1-style models put their final answer (all of it if none)."""
-    return text.rsplit(f"</{think_tag}>", 1)[-1]
+    """The text after the last `</think>`, where thinking models put their final answer; all of it when it does not
+    think, and "" when its thinking never ended (cut off by the token budget: an answer in there is not final)."""
+    if f"</{think_tag}>" in text:
+        return text.rsplit(f"</{think_tag}>", 1)[-1]
+    return "" if f"<{think_tag}>" in text else text
 
 
 @lru_cache(maxsize=64)
@@ -83,9 +86,10 @@ def extract_xml_answer(text: str, answer_tag: str = "answer", reasoning_tag: str
     """The stripped content of the single `<answer>…</answer>` block outside the reasoning, else None.
 
     None when there is no answer block, when there are several (a model must commit to one answer), or when a stray
-    opening or closing tag makes the structure ambiguous.
+    opening or closing tag makes the structure ambiguous. A thinking model's `<think>` block never counts, even for
+    a template TRL cannot parse it out of (see after_thinking).
     """
-    rest = _outside_reasoning(text, reasoning_tag)
+    rest = _outside_reasoning(after_thinking(text), reasoning_tag)
     if rest.count(f"<{answer_tag}>") != 1 or rest.count(f"</{answer_tag}>") != 1:
         return None
     block = _block_pattern(answer_tag).search(rest)

@@ -68,6 +68,14 @@ class ScriptArguments:
     search_top_k: int = arg(3, "Passages a search returns.")
     snippet_chars: int = arg(200, "Characters of each passage a search shows.")
     passage_chars: int = arg(1500, "Characters of a passage `read` returns at most.")
+    reader_base_url: str | None = arg(None, "A sub-agent reader: `read` then takes the policy's question too and "
+                                      "returns a short summary of the passage for it, written by a frozen model at "
+                                      "this OpenAI-compatible endpoint (transformers serve, vLLM, an API; key: "
+                                      "READER_API_KEY). Default: none, `read` returns the passage itself.")
+    reader_model: str | None = arg(None, "The reader's model name at --reader_base_url.")
+    reader_timeout: float = arg(20.0, "Seconds the reader may take; past them, or on any error, `read` returns the "
+                                      "passage itself (counted in the log).")
+    reader_max_tokens: int = arg(96, "The longest summary the reader may write, in tokens.")
 
 
 # %% [markdown]
@@ -197,6 +205,87 @@ def read(title: str) -> str:
 
 TOOLS = [search, read]
 
+
+# %% [markdown]
+# A sub-agent reader (`--reader_base_url`): a frozen model reads the passage and returns only what bears on the
+# question the policy asks, so long passages never fill the policy's context. On a timeout or an error, `read`
+# returns the passage itself: the episode goes on, and the log counts the fallbacks.
+
+# %%
+READER_PROMPT = ("You read passages for a search agent. Reply with at most two sentences from the passage that "
+                 "bear on the question, copying names, dates and numbers exactly, or with 'Nothing relevant.' if "
+                 "none do.")
+
+
+class Reader:
+    """A frozen model behind an OpenAI-compatible endpoint that summarises a passage for a question."""
+
+    def __init__(self, base_url: str, model: str, timeout: float, max_tokens: int):
+        from openai import OpenAI
+
+        self.client = OpenAI(base_url=base_url, api_key=os.environ.get("READER_API_KEY", "none"), timeout=timeout,
+                             max_retries=0)  # a retry would double the wait a timeout bounds
+        self.model, self.max_tokens = model, max_tokens
+        self.calls = self.fallbacks = 0
+
+    def summarise(self, passage: str, question: str) -> str:
+        self.calls += 1
+        try:
+            reply = self.client.chat.completions.create(
+                model=self.model, max_tokens=self.max_tokens, temperature=0.0,
+                messages=[{"role": "system", "content": READER_PROMPT},
+                          {"role": "user", "content": f"Question: {question}\n\nPassage:\n{passage}"}])
+            summary = (reply.choices[0].message.content or "").strip()
+        except Exception as err:  # noqa: BLE001 - whatever the endpoint does, the episode goes on with the passage
+            summary, why = "", type(err).__name__
+        else:
+            why = "an empty reply"
+        if not summary:
+            self.fallbacks += 1
+            logger.warning(f"reader: {why}; `read` returned the passage itself ({self.fallbacks} of {self.calls} "
+                           "reads so far)")
+            return passage
+        return f"{passage.split('] ', 1)[0]}] (summary) {summary}"
+
+
+READER: Reader | None = None  # set by main() with --reader_base_url
+
+
+def read_for(title: str, question: str) -> str:
+    """Read the passage with this title: a reader returns what it says about your question.
+
+    Args:
+        title: A title exactly as a search result showed it, without the brackets.
+        question: What you want to find out from the passage.
+    """
+    passage = INDEX.read(title)
+    return passage if passage.startswith("Error:") else READER.summarise(passage, str(question)[:500])
+
+
+read_for.__name__ = "read"  # the tool keeps its name; only what it returns (and asks for) changes
+READER_TOOLS = [search, read_for]
+
+
+def start_reader(script_args) -> list:
+    """The tools for this run: with --reader_base_url, the reader's `read`, once the endpoint answers."""
+    global READER
+    if script_args.reader_base_url is None:
+        return TOOLS
+    if not script_args.reader_model:
+        raise SystemExit("--reader_base_url needs --reader_model: the model name the endpoint serves.")
+    if script_args.reader_timeout <= 0 or script_args.reader_max_tokens < 1:
+        raise SystemExit("--reader_timeout must be > 0 seconds and --reader_max_tokens >= 1.")
+    READER = Reader(script_args.reader_base_url, script_args.reader_model, script_args.reader_timeout,
+                    script_args.reader_max_tokens)
+    try:
+        READER.client.models.list()
+    except Exception as err:  # noqa: BLE001 - unreachable, refused, not OpenAI-compatible: all one line
+        raise SystemExit(f"--reader_base_url {script_args.reader_base_url}: no OpenAI-compatible server answers "
+                         f"({type(err).__name__}); start one (e.g. `transformers serve {script_args.reader_model}`) "
+                         "or drop --reader_base_url.") from None
+    return READER_TOOLS
+
+
 # %% [markdown]
 # ## Rewards
 # Exact match and token F1 against the gold answer pay only when the model searched, so answering from memory earns
@@ -222,11 +311,12 @@ REWARD_FUNCS, REWARD_WEIGHTS = rewards.combine({
 def main(argv: list[str] | None = None) -> GRPOTrainer:
     script_args, training_args, model_args = plumbing.parse_args(ScriptArguments, RECIPE_DEFAULTS, argv,
                                                                  reward_weights=REWARD_WEIGHTS)
-    tokenizer = plumbing.prepare(training_args, model_args, REWARD_FUNCS, tools=TOOLS)
+    tools = start_reader(script_args)
+    tokenizer = plumbing.prepare(training_args, model_args, REWARD_FUNCS, tools=tools)
     load_index(script_args.corpus_path, script_args.index_dir, script_args.search_top_k, script_args.snippet_chars,
                script_args.passage_chars)
     train_dataset, eval_dataset = plumbing.load_splits(build_dataset, script_args, training_args)
-    return plumbing.train(model_args, training_args, tokenizer, train_dataset, eval_dataset, REWARD_FUNCS, tools=TOOLS)
+    return plumbing.train(model_args, training_args, tokenizer, train_dataset, eval_dataset, REWARD_FUNCS, tools=tools)
 
 
 # %% [markdown]

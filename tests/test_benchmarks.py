@@ -65,3 +65,16 @@ def test_the_device_kit_builds_a_wheelhouse_that_installs_with_no_index(tmp_path
     proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120,
                           env={**os.environ, "PYTHONPATH": str(target)}, check=False)
     assert proc.returncode == 0 and proc.stdout.startswith(str(target)), proc.stderr[-2000:]
+
+
+def test_reader_tokens_prints_tool_output_tokens_with_and_without_the_reader(server, kit, tmp_path):
+    base_url, model = server
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "reader_tokens.py"), "--base_url", base_url,
+                           "--reader_model", model, "--tokenizer", str(kit / "tiny-qwen2"), "--corpus_path",
+                           str(kit / "search_toy" / "corpus.jsonl"), "--dataset_path", str(kit / "search_toy" /
+                                                                                           "questions"),
+                           "--index_dir", str(tmp_path / "index"), "-n", "3", "--reader_max_tokens", "8"],
+                          capture_output=True, text=True, timeout=300, check=False,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "tool-output tokens per episode: passages " in proc.stdout and "0 of 6 reads fell back" in proc.stdout

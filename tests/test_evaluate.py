@@ -1,44 +1,14 @@
-"""evaluate.py against a real OpenAI-compatible server: `transformers serve` with the tiny local model, started here."""
+"""evaluate.py against a real OpenAI-compatible server: `transformers serve` of the tiny local model (conftest.server)."""
 
 import json
-import socket
 import subprocess
 import sys
-import time
 
 import pytest
-from openai import OpenAI
 
 import evaluate
 import rewards
-from conftest import ROOT
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture(scope="module")
-def server(kit):
-    """`transformers serve <tiny tool-calling model>` on a free localhost port, stopped after the module."""
-    model, port = str(kit / "tiny-qwen2-tools"), free_port()
-    process = subprocess.Popen([sys.executable, "-m", "transformers.cli.transformers", "serve", model, "--device", "cpu",
-                                "--host", "127.0.0.1", "--port", str(port)], stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL, env={**__import__("os").environ, "OMP_NUM_THREADS": "1"})
-    base_url = f"http://127.0.0.1:{port}/v1"
-    client = OpenAI(base_url=base_url, api_key="none", max_retries=0, timeout=5)
-    for _ in range(120):
-        try:
-            client.models.list()
-            break
-        except Exception:  # noqa: BLE001 - still starting
-            assert process.poll() is None, "transformers serve exited"
-            time.sleep(0.5)
-    yield base_url, model
-    process.terminate()
-    process.wait(timeout=30)
+from conftest import ROOT, free_port
 
 
 def run(args, tmp_path, capsys):
