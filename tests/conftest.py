@@ -1,5 +1,6 @@
 """Shared fixtures: the offline kit (toy GSM8K data + tiny Qwen2 model), built once per test session."""
 
+import json
 import os
 import socket
 import subprocess
@@ -33,13 +34,11 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="session")
-def server(kit):
-    """`transformers serve <tiny tool-calling model>` on a free localhost port (evaluate.py's tests, the search
-    recipe's reader), stopped after the session."""
-    model, port = str(kit / "tiny-qwen2-tools"), free_port()
-    process = subprocess.Popen([sys.executable, "-m", "transformers.cli.transformers", "serve", model, "--device", "cpu",
-                                "--host", "127.0.0.1", "--port", str(port)], stdout=subprocess.DEVNULL,
+def serve(model: str):
+    """`transformers serve <model>` on a free localhost port until the generator is closed: (base_url, model)."""
+    port = free_port()
+    process = subprocess.Popen([sys.executable, "-m", "transformers.cli.transformers", "serve", model, "--device",
+                                "cpu", "--host", "127.0.0.1", "--port", str(port)], stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL, env={**os.environ, "OMP_NUM_THREADS": "1"})
     base_url = f"http://127.0.0.1:{port}/v1"
     client = OpenAI(base_url=base_url, api_key="none", max_retries=0, timeout=5)
@@ -53,3 +52,27 @@ def server(kit):
     yield base_url, model
     process.terminate()
     process.wait(timeout=30)
+
+
+@pytest.fixture(scope="session")
+def server(kit):
+    """`transformers serve <tiny tool-calling model>`, for evaluate.py's tests."""
+    yield from serve(str(kit / "tiny-qwen2-tools"))
+
+
+@pytest.fixture(scope="session")
+def reader_server(kit, tmp_path_factory):
+    """`transformers serve <tiny reader>`: the kit's model after 40 SFT steps on the search recipe's reader prompts,
+    each answered "Nothing relevant." (a tiny model cannot summarise; this one answers in text, where the tool-calling
+    warm start would emit a tool call the server cannot parse)."""
+    import offline
+    import search_agent_grpo
+
+    passages = [json.loads(line) for line in (kit / "search_toy" / "corpus.jsonl").read_text().splitlines()][:48]
+    conversations = [{"messages": [
+        {"role": "system", "content": search_agent_grpo.READER_PROMPT},
+        {"role": "user", "content": f"Question: Where was {p['title']} born?\n\nPassage:\n[{p['title']}] {p['text']}"},
+        {"role": "assistant", "content": "Nothing relevant."}]} for p in passages]
+    model = offline.warm_start(kit / "tiny-qwen2", tmp_path_factory.mktemp("reader") / "tiny-reader", conversations,
+                               tools=[], steps=40)
+    yield from serve(str(model))

@@ -67,8 +67,8 @@ def test_the_device_kit_builds_a_wheelhouse_that_installs_with_no_index(tmp_path
     assert proc.returncode == 0 and proc.stdout.startswith(str(target)), proc.stderr[-2000:]
 
 
-def test_reader_tokens_prints_tool_output_tokens_with_and_without_the_reader(server, kit, tmp_path):
-    base_url, model = server
+def test_reader_tokens_prints_tool_output_tokens_with_and_without_the_reader(reader_server, kit, tmp_path):
+    base_url, model = reader_server
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "reader_tokens.py"), "--base_url", base_url,
                            "--reader_model", model, "--tokenizer", str(kit / "tiny-qwen2"), "--corpus_path",
                            str(kit / "search_toy" / "corpus.jsonl"), "--dataset_path", str(kit / "search_toy" /

@@ -1,5 +1,5 @@
 """search_agent_grpo.py --reader_base_url: a sub-agent reader. A frozen model behind an OpenAI-compatible endpoint (a
-real `transformers serve` of the kit's tiny model, conftest.server) summarises what `read` returns for the policy's
+real `transformers serve` of a tiny model, conftest.reader_server) summarises what `read` returns for the policy's
 question; a reader that hangs, fails or is missing never stops an episode: `read` returns the passage itself."""
 
 import socket
@@ -23,8 +23,8 @@ def a_title() -> str:
     return agent.INDEX.corpus[0]["title"]
 
 
-def test_read_returns_the_readers_short_summary_instead_of_the_passage(server, index):
-    base_url, model = server
+def test_read_returns_the_readers_short_summary_instead_of_the_passage(reader_server, index):
+    base_url, model = reader_server
     agent.READER = agent.Reader(base_url, model, timeout=60, max_tokens=8)
     result = agent.read_for(a_title(), "Where was this person born?")
     assert result.startswith(f"[{a_title()}] (summary) ") and result != index.read(a_title())
@@ -85,8 +85,8 @@ def test_bad_reader_options_are_one_line(kit, tmp_path, flags, message):
         agent.main(["--config", str(kit / "search_agent_grpo.yaml"), "--output_dir", str(tmp_path), *flags])
 
 
-def test_grpo_runs_with_the_reader_and_the_policy_sees_its_read_tool(server, kit, tmp_path):
-    base_url, model = server
+def test_grpo_runs_with_the_reader_and_the_policy_sees_its_read_tool(reader_server, kit, tmp_path):
+    base_url, model = reader_server
     try:
         trainer = agent.main(["--config", str(kit / "search_agent_grpo.yaml"), "--output_dir", str(tmp_path),
                               "--max_steps", "1", "--eval_strategy", "no", "--save_strategy", "no",
