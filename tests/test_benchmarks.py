@@ -4,11 +4,14 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from conftest import ROOT
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 
+@pytest.mark.slow  # 13-35 s: with the learning checks, to keep the default suite under 10 minutes
 def test_bench_rewards_prints_throughput_agreement_and_slow_path_share():
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_rewards.py"), "--n", "300"],
                           capture_output=True, text=True, timeout=300, check=False)
@@ -18,6 +21,7 @@ def test_bench_rewards_prints_throughput_agreement_and_slow_path_share():
     assert "slow path share" in proc.stdout
 
 
+@pytest.mark.slow  # 13-35 s: with the learning checks, to keep the default suite under 10 minutes
 def test_bench_sandbox_prints_latency_for_the_sandbox_and_the_fresh_process_baseline():
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_sandbox.py"), "--calls", "20"],
                           capture_output=True, text=True, timeout=300, check=False)
@@ -25,6 +29,7 @@ def test_bench_sandbox_prints_latency_for_the_sandbox_and_the_fresh_process_base
     assert proc.stdout.count("calls/s") == 3 and "sympy call" in proc.stdout
 
 
+@pytest.mark.slow  # 13-35 s: with the learning checks, to keep the default suite under 10 minutes
 def test_bench_search_prints_bm25s_and_rank_bm25_figures():
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_search.py"), "--passages", "2000",
                            "--queries", "20"], capture_output=True, text=True, timeout=300, check=False)
@@ -32,6 +37,7 @@ def test_bench_search_prints_bm25s_and_rank_bm25_figures():
     assert "bm25s index build" in proc.stdout and proc.stdout.count("queries/s") == 2
 
 
+@pytest.mark.slow  # 13-35 s: with the learning checks, to keep the default suite under 10 minutes
 def test_gpu_check_plumbing_runs_every_recipe_and_variant_on_cpu():
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_check.py"), "--cpu", "--shapes", "tiny",
                            "--steps", "1", "--max_completion_length", "16"], capture_output=True, text=True,
