@@ -357,9 +357,17 @@ def check_output_dir(training_args) -> None:
                          p.name.split("-")[-1].isdigit() else -1) if output.is_dir() else []
     resume = training_args.resume_from_checkpoint
     if isinstance(resume, str) and resume.lower() in ("last", "latest", "true"):
-        if not checkpoints:
-            sys.exit(f"--resume_from_checkpoint {resume}: {output} holds no checkpoint; start without it")
-        training_args.resume_from_checkpoint = resume = str(checkpoints[-1])
+        # A run stopped while saving (Ctrl-C, a kill) leaves a checkpoint without trainer_state.json, which the
+        # Trainer writes last and cannot resume without: the newest complete one is the one to resume.
+        complete = [p for p in checkpoints if (p / "trainer_state.json").is_file()]
+        if not complete:
+            sys.exit(f"--resume_from_checkpoint {resume}: {output} holds no complete checkpoint "
+                     f"({', '.join(p.name for p in checkpoints) or 'none'}); start without it")
+        incomplete = checkpoints[checkpoints.index(complete[-1]) + 1:]
+        if incomplete:
+            logger.warning(f"skipping {', '.join(p.name for p in incomplete)}: no trainer_state.json (the run stopped "
+                           "while saving it)")
+        training_args.resume_from_checkpoint = resume = str(complete[-1])
         logger.info(f"resuming from {resume}")
     elif resume and not Path(resume).is_dir():
         found = ", ".join(p.name for p in checkpoints) or "none"

@@ -188,9 +188,29 @@ def test_ctrl_c_prints_the_command_that_resumes_and_that_command_resumes(kit, tm
     assert len(message) == 1
     command = shlex.split(message[0].split("resume from the newest checkpoint with: ", 1)[1])
     assert command[0] == "python" and command[-2:] == ["--resume_from_checkpoint", "last"]
-    newest = max(int(p.name.split("-")[1]) for p in out.glob("checkpoint-*"))
+    # Ctrl-C can land while a checkpoint is being saved: the newest complete one is where the run resumes.
+    newest = max(int(p.parent.name.split("-")[1]) for p in out.glob("checkpoint-*/trainer_state.json"))
     resumed = subprocess.run([sys.executable, *command[1:], "--max_steps", str(newest + 1)], cwd=kit,
                              capture_output=True, text=True, timeout=300)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert f"resuming from {out}/checkpoint-{newest}" in resumed.stderr
     assert f"step {newest + 1}/{newest + 1}" in resumed.stdout and f"step {newest}/" not in resumed.stdout
+
+
+def test_resume_last_skips_a_checkpoint_the_run_stopped_saving(tmp_path, caplog):
+    from types import SimpleNamespace
+
+    import plumbing
+
+    for step, files in ((3, ["model.safetensors", "trainer_state.json"]), (6, ["model.safetensors"])):
+        for name in files:
+            (tmp_path / f"checkpoint-{step}").mkdir(exist_ok=True)
+            (tmp_path / f"checkpoint-{step}" / name).write_text("{}")
+    args = SimpleNamespace(output_dir=str(tmp_path), resume_from_checkpoint="last", overwrite_output_dir=False)
+    plumbing.check_output_dir(args)
+    assert args.resume_from_checkpoint == str(tmp_path / "checkpoint-3")
+    assert "skipping checkpoint-6: no trainer_state.json" in caplog.text
+    (tmp_path / "checkpoint-3" / "trainer_state.json").unlink()
+    args.resume_from_checkpoint = "last"
+    with pytest.raises(SystemExit, match="holds no complete checkpoint .checkpoint-3, checkpoint-6."):
+        plumbing.check_output_dir(args)
