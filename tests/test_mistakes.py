@@ -83,7 +83,7 @@ def cases(kit: Path, folder: Path) -> dict:
                                "--resume_from_checkpoint", str(folder / "g" / "checkpoint-9")], {},
                                ["checkpoint-9", "no such folder", "last"]),
         "resume with nothing to resume": ("gsm8k_grpo.py", ["--config", config, "--output_dir", str(folder / "h"),
-                                          "--resume_from_checkpoint", "last"], {}, ["holds no checkpoint"]),
+                                          "--resume_from_checkpoint", "last"], {}, ["holds no complete checkpoint"]),
         "unknown recipe (evaluate.py)": ("evaluate.py", ["gsm9k_grpo", "--base_url", "http://localhost:9/v1",
                                          "--model", "m"], {}, ["unknown recipe 'gsm9k_grpo'", "gsm8k_grpo"]),
         "unknown recipe (sft_warmstart.py)": ("sft_warmstart.py", ["--config", str(kit / "sft_warmstart.yaml"),
