@@ -329,6 +329,53 @@ def check_thinking_template(tokenizer, model_name: str, thinking: bool | None) -
                  "its completions; use a Qwen3 or Qwen3.5 model, or a template TRL knows.")
 
 
+class Reader:
+    """A frozen model behind an OpenAI-compatible endpoint that summarises a passage for a question (a sub-agent
+    tool: search_agent_grpo.py --reader_base_url). On a timeout, an error or an empty reply: the passage itself."""
+
+    def __init__(self, base_url: str, model: str, timeout: float, max_tokens: int, prompt: str):
+        from openai import OpenAI
+
+        self.client = OpenAI(base_url=base_url, api_key=os.environ.get("READER_API_KEY", "none"), timeout=timeout,
+                             max_retries=0)  # a retry would double the wait a timeout bounds
+        self.model, self.max_tokens, self.prompt = model, max_tokens, prompt
+        self.calls = self.fallbacks = 0
+
+    def summarise(self, passage: str, question: str) -> str:
+        self.calls += 1
+        try:
+            reply = self.client.chat.completions.create(
+                model=self.model, max_tokens=self.max_tokens, temperature=0.0,
+                messages=[{"role": "system", "content": self.prompt},
+                          {"role": "user", "content": f"Question: {question}\n\nPassage:\n{passage}"}])
+            summary = (reply.choices[0].message.content or "").strip()
+        except Exception as err:  # noqa: BLE001 - whatever the endpoint does, the episode goes on with the passage
+            summary, why = "", type(err).__name__
+        else:
+            why = "an empty reply"
+        if not summary:
+            self.fallbacks += 1
+            logger.warning(f"reader: {why}; `read` returned the passage itself ({self.fallbacks} of {self.calls} "
+                           "reads so far)")
+            return passage
+        return f"{passage.split('] ', 1)[0]}] (summary) {summary}"
+
+
+def start_reader(base_url: str, model: str | None, timeout: float, max_tokens: int, prompt: str) -> Reader:
+    """A Reader, once its endpoint answers; each bad option or an endpoint that does not answer is one line."""
+    if not model:
+        sys.exit("--reader_base_url needs --reader_model: the model name the endpoint serves.")
+    if timeout <= 0 or max_tokens < 1:
+        sys.exit("--reader_timeout must be > 0 seconds and --reader_max_tokens >= 1.")
+    reader = Reader(base_url, model, timeout, max_tokens, prompt)
+    try:
+        reader.client.models.list()
+    except Exception as err:  # noqa: BLE001 - unreachable, refused, not OpenAI-compatible: all one line
+        sys.exit(f"--reader_base_url {base_url}: no OpenAI-compatible server answers ({type(err).__name__}); start "
+                 f"one (e.g. `transformers serve {model}`) or drop --reader_base_url.")
+    return reader
+
+
 def setup_logging() -> None:
     """Our INFO lines on rank 0 only; library warnings that repeat the same internal notice every run, filtered."""
     rank = int(os.environ.get("RANK", "0"))

@@ -217,38 +217,7 @@ READER_PROMPT = ("You read passages for a search agent. Reply with at most two s
                  "none do.")
 
 
-class Reader:
-    """A frozen model behind an OpenAI-compatible endpoint that summarises a passage for a question."""
-
-    def __init__(self, base_url: str, model: str, timeout: float, max_tokens: int):
-        from openai import OpenAI
-
-        self.client = OpenAI(base_url=base_url, api_key=os.environ.get("READER_API_KEY", "none"), timeout=timeout,
-                             max_retries=0)  # a retry would double the wait a timeout bounds
-        self.model, self.max_tokens = model, max_tokens
-        self.calls = self.fallbacks = 0
-
-    def summarise(self, passage: str, question: str) -> str:
-        self.calls += 1
-        try:
-            reply = self.client.chat.completions.create(
-                model=self.model, max_tokens=self.max_tokens, temperature=0.0,
-                messages=[{"role": "system", "content": READER_PROMPT},
-                          {"role": "user", "content": f"Question: {question}\n\nPassage:\n{passage}"}])
-            summary = (reply.choices[0].message.content or "").strip()
-        except Exception as err:  # noqa: BLE001 - whatever the endpoint does, the episode goes on with the passage
-            summary, why = "", type(err).__name__
-        else:
-            why = "an empty reply"
-        if not summary:
-            self.fallbacks += 1
-            logger.warning(f"reader: {why}; `read` returned the passage itself ({self.fallbacks} of {self.calls} "
-                           "reads so far)")
-            return passage
-        return f"{passage.split('] ', 1)[0]}] (summary) {summary}"
-
-
-READER: Reader | None = None  # set by main() with --reader_base_url
+READER: plumbing.Reader | None = None  # set by main() with --reader_base_url
 
 
 def read_for(title: str, question: str) -> str:
@@ -264,26 +233,6 @@ def read_for(title: str, question: str) -> str:
 
 read_for.__name__ = "read"  # the tool keeps its name; only what it returns (and asks for) changes
 READER_TOOLS = [search, read_for]
-
-
-def start_reader(script_args) -> list:
-    """The tools for this run: with --reader_base_url, the reader's `read`, once the endpoint answers."""
-    global READER
-    if script_args.reader_base_url is None:
-        return TOOLS
-    if not script_args.reader_model:
-        raise SystemExit("--reader_base_url needs --reader_model: the model name the endpoint serves.")
-    if script_args.reader_timeout <= 0 or script_args.reader_max_tokens < 1:
-        raise SystemExit("--reader_timeout must be > 0 seconds and --reader_max_tokens >= 1.")
-    READER = Reader(script_args.reader_base_url, script_args.reader_model, script_args.reader_timeout,
-                    script_args.reader_max_tokens)
-    try:
-        READER.client.models.list()
-    except Exception as err:  # noqa: BLE001 - unreachable, refused, not OpenAI-compatible: all one line
-        raise SystemExit(f"--reader_base_url {script_args.reader_base_url}: no OpenAI-compatible server answers "
-                         f"({type(err).__name__}); start one (e.g. `transformers serve {script_args.reader_model}`) "
-                         "or drop --reader_base_url.") from None
-    return READER_TOOLS
 
 
 # %% [markdown]
@@ -311,7 +260,11 @@ REWARD_FUNCS, REWARD_WEIGHTS = rewards.combine({
 def main(argv: list[str] | None = None) -> GRPOTrainer:
     script_args, training_args, model_args = plumbing.parse_args(ScriptArguments, RECIPE_DEFAULTS, argv,
                                                                  reward_weights=REWARD_WEIGHTS)
-    tools = start_reader(script_args)
+    global READER
+    READER = script_args.reader_base_url and plumbing.start_reader(
+        script_args.reader_base_url, script_args.reader_model, script_args.reader_timeout,
+        script_args.reader_max_tokens, READER_PROMPT)
+    tools = READER_TOOLS if READER else TOOLS
     tokenizer = plumbing.prepare(training_args, model_args, REWARD_FUNCS, tools=tools)
     load_index(script_args.corpus_path, script_args.index_dir, script_args.search_top_k, script_args.snippet_chars,
                script_args.passage_chars)
