@@ -18,6 +18,7 @@ the specialist's gain over the SFT start. Writes runs/merge_demo/results.json an
 import argparse
 import json
 import os
+import re
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -31,6 +32,9 @@ SKILLS = ("multiply", "subtract")
 MERGES = {"linear": {"weights": [0.5, 0.5]}, "task_arithmetic": {"weights": [1.0, 1.0]},
           "ties": {"weights": [1.0, 1.0], "density": 0.5}}
 KEPT = 0.9  # a merge keeps a skill at 90% of its specialist's gain
+# An SFT start whose loss ends above this has not learned to copy the tool's result into its answer: every seed that
+# stalled there (0.26-0.35) gave GRPO nothing to sharpen; the starts that copied ended at 0.02-0.10.
+SFT_LOSS_COPIES = 0.15
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -42,7 +46,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--n_sft", type=int, default=2000, help="teacher conversations for SFT")
     parser.add_argument("--n_rl", type=int, default=800, help="RL problems, both kinds (true answers only)")
     parser.add_argument("--n_test", type=int, default=500, help="held-out problems, both kinds")
-    parser.add_argument("--copy_steps", type=int, default=800, help="steps of offline.teach_copying")
+    parser.add_argument("--copy_steps", type=int, default=1600, help="steps of offline.teach_copying (at 800, seed 1's "
+                        "SFT stalled at loss 0.35 and its start could not copy a result; at 1600, 0.06 by step 125)")
     parser.add_argument("--sft_steps", type=int, default=250, help="SFT steps, batch 32, lr 1e-3 cosine")
     parser.add_argument("--grpo_steps", type=int, default=50, help="each specialist's GRPO steps (joint: twice)")
     parser.add_argument("--joint_steps", type=int, default=None, help="the joint run's GRPO steps (default: "
@@ -83,6 +88,10 @@ def experiment(seed: int, args) -> dict:
     out = Path(args.out_dir).resolve() / f"seed{seed}"
     start = time.time()
     recipe, rl, times = sft_start(out, seed, args, mistaken=SKILLS)
+    sft_loss = float(re.findall(r"\| loss ([0-9.e-]+)", (out / "sft.log").read_text())[-1])  # its last logged step
+    if sft_loss > SFT_LOSS_COPIES:
+        say(f"seed {seed}: SFT ended at loss {sft_loss:.3f} (> {SFT_LOSS_COPIES}): the start has not learned to copy "
+            "the tool's result, so its specialists will have little to gain; more --copy_steps or --sft_steps help")
     write_skill_data(out, rl)
     name = f"{recipe.__name__}.py"
     grpo = lambda model_dir, data, steps: grpo_argv(args, out, out / "sft", out / model_dir, seed,  # noqa: E731
@@ -108,6 +117,7 @@ def experiment(seed: int, args) -> dict:
             result["joint"] = held_out(recipe, out / "joint", args, out)
     result["kept"] = {model: gains_kept(result, model) for model in [*[f"merge_{m}" for m in MERGES], "joint"]
                       if model in result}
+    result["sft_loss"] = sft_loss
     result["seconds"] = {**times, "total": time.time() - start}
     say(f"seed {seed}: {json.dumps({k: v for k, v in result.items() if k in ('kept', 'seconds')})}")
     return result
@@ -147,7 +157,8 @@ def main(argv=None) -> list[dict]:
     results = [experiment(seed, args) for seed in args.seeds]
     (out / "results.json").write_text(json.dumps({"args": vars(args), "results": results}, indent=1))
     plot(results, out / "results.png")
-    print("seed  skill     SFT start  specialist  linear  task_arith  ties    joint   best merge keeps  minutes")
+    print("seed  skill     SFT start  specialist  linear  task_arith  ties    joint   best merge keeps  minutes"
+          "  SFT loss")
     for r in results:
         for skill in SKILLS:
             cells = [r[m][f"accuracy_{skill}"] if m in r else float("nan")
@@ -155,7 +166,8 @@ def main(argv=None) -> list[dict]:
             best = max((r["kept"][f"merge_{m}"][skill] for m in MERGES if r["kept"][f"merge_{m}"][skill] is not None),
                        default=None)
             print(f"{r['seed']:>4}  {skill:<8}  " + "  ".join(f"{c:>8.1%}" for c in cells)
-                  + f"  {'no gain' if best is None else f'{best:.0%}':>16}  {r['seconds']['total'] / 60:>7.1f}")
+                  + f"  {'no gain' if best is None else f'{best:.0%}':>16}  {r['seconds']['total'] / 60:>7.1f}"
+                  + f"  {r['sft_loss']:>8.3f}")
     print(f"wrote {out / 'results.json'} and {out / 'results.png'}")
     return results
 
