@@ -26,6 +26,7 @@ Writes runs/agent_demo/<task>/results.json and results.png.
 """
 
 import argparse
+import importlib
 import json
 import os
 import random
@@ -81,7 +82,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--control_ratio", type=float, default=argparse.SUPPRESS,
                         help="SFT control steps per GRPO step: about their step times' ratio on a 2-core CPU (0: "
                         "no control, as in the slow tests; default: tool 3.0, search 2.5)")
+    parser.add_argument("--turn_credit", type=float, default=None, help="weight of the recipe's turn-level credit "
+                        "reward (search: new_evidence_reward, tool: used_output_reward) in every GRPO run; default: "
+                        "the recipe's own")
     args = parser.parse_args(argv)
+    if args.turn_credit is not None and not 0 <= args.turn_credit < 1:
+        parser.error(f"--turn_credit {args.turn_credit}: must be in [0, 1), so that it can never outweigh a correct "
+                     "answer (the recipes' rubrics are probe-tested for weights below 1)")
     for name, value in TASK_DEFAULTS[args.task].items():
         if not hasattr(args, name):  # not given
             setattr(args, name, value)
@@ -217,10 +224,27 @@ def environment(args, out: Path, useless: bool, data: str = "rl") -> list[str]:
             "--max_tool_calling_iterations", "2", "--max_completion_length", "160", *SEARCH_FLAGS]
 
 
+TURN_CREDIT = {"tool": ("tool_use_grpo", "used_output_reward"), "search": ("search_agent_grpo", "new_evidence_reward")}
+
+
+def reward_weights(args) -> list[str]:
+    """--reward_weights: the recipe's, with its turn-level credit reward weighted --turn_credit (none: the recipe's)."""
+    if getattr(args, "turn_credit", None) is None:
+        return []
+    import rewards
+
+    module, credit = TURN_CREDIT[args.task]
+    recipe = importlib.import_module(module)
+    weights = [args.turn_credit if rewards.reward_name(func) == credit else weight
+               for func, weight in zip(recipe.REWARD_FUNCS, recipe.REWARD_WEIGHTS, strict=True)]
+    return ["--reward_weights", *map(str, weights)]
+
+
 def grpo_argv(args, out: Path, model: Path, output: Path, seed: int, useless: bool = False, data: str = "rl",
               steps: int | None = None) -> list[str]:
     steps = str(steps or args.grpo_steps)
-    return [*environment(args, out, useless, data), "--model_name_or_path", str(model), "--output_dir", str(output),
+    return [*environment(args, out, useless, data), *reward_weights(args),
+            "--model_name_or_path", str(model), "--output_dir", str(output),
             "--max_steps", steps, "--learning_rate", str(args.grpo_lr), "--lr_scheduler_type", "constant",
             "--warmup_steps", "0", "--max_grad_norm", "1.0", "--beta", "0", "--temperature", str(args.temperature),
             "--num_generations", "8", "--per_device_train_batch_size", str(8 * args.grpo_prompts),
@@ -304,7 +328,7 @@ def held_out(recipe, model: Path, args, out: Path, useless: bool = False) -> dic
                "truncated": metrics["eval_completions/clipped_ratio"], "episodes": len(rows),
                "example": rows[0]["completion"]}
     if args.task == "search":
-        figures["retrieved"] = statistics.mean(row["scores"]["retrieval_recall_reward"] == 1.0 for row in rows)
+        figures["retrieved"] = statistics.mean(row["scores"]["new_evidence_reward"] == 1.0 for row in rows)
     return figures
 
 

@@ -755,6 +755,96 @@ def retrieval_recall_reward(completions, supporting_titles, **kwargs) -> list[fl
     return [_safely(score, c, titles) for c, titles in zip(completions, supporting_titles, strict=True)]
 
 
+# -------------------------------------------------------------------------------------------------- turn-level credit
+# GRPO in TRL 1.16 gives an episode one advantage, spread over all its tokens: a turn's credit reaches the loss only
+# through the episode's reward. These rewards are each a sum of per-turn credits, and log every turn's mean credit
+# (`<name>/turn_<k>` beside TRL's metrics), so that a run shows which moves of an episode earned what.
+
+
+def tool_turns(completion) -> list[list[tuple[str, str]]]:
+    """tool_calls_and_results grouped by the assistant turn that made the calls; turns without a call are left out."""
+    pairs, sizes = tool_calls_and_results(completion), []
+    for message in completion if isinstance(completion, list) else []:
+        if isinstance(message, dict) and message.get("role") == "assistant" and message.get("tool_calls"):
+            sizes.append(len(message["tool_calls"]))
+    turns, start = [], 0
+    for size in sizes:
+        turns.append(pairs[start:start + size])
+        start += size
+    return turns
+
+
+def _log_turn_credits(name: str, credits: list[list[float]], log_metric=None, log_extra=None) -> None:
+    """Metric `<name>/turn_<k>`: the mean credit of the k-th tool turn, over the episodes that made one; and each
+    episode's per-turn credits as a column of TRL's completions table."""
+    for turn in range(max(map(len, credits), default=0)):
+        reached = [episode[turn] for episode in credits if len(episode) > turn]
+        if log_metric is not None:
+            log_metric(f"{name}/turn_{turn + 1}", sum(reached) / len(reached))
+    if log_extra is not None:
+        log_extra(f"{name}_per_turn", [" ".join(f"{credit:.2f}" for credit in episode) for episode in credits])
+
+
+def new_evidence_reward(completions, supporting_titles, log_metric=None, log_extra=None, **kwargs) -> list:
+    """Turn-level credit for search agents: each tool turn earns the share of the gold supporting passages whose [title]
+    its results show for the first time in the episode; the episode scores the sum, in [0, 1]; None without gold.
+
+    A second search that finds the passage the first one missed earns what the first one did; repeating a search, or
+    reading a passage a search already showed, earns nothing. Summed over the episode it equals retrieval recall.
+    Gaming it: searching for everything finds evidence without answering, so its weight must stay below what a
+    correct answer adds (tests/test_search_agent_grpo.py probes the recipe's weights).
+    """
+    credits = []
+    for completion, titles in zip(completions, supporting_titles, strict=True):
+        seen, episode = set(), []
+        for turn in tool_turns(completion) if titles else []:
+            shown = " ".join(result for _, result in turn)
+            found = {title for title in titles if f"[{title}]" in shown} - seen
+            seen |= found
+            episode.append(len(found) / len(titles))
+        credits.append(episode)
+    _log_turn_credits("new_evidence", credits, log_metric, log_extra)
+    return [sum(episode) if titles else None for episode, titles in zip(credits, supporting_titles, strict=True)]
+
+
+def _numbers(text: str) -> set[float]:
+    return {value for value in map(parse_number, _number_tokens(text)) if value is not None}
+
+
+def used_output_reward(completions, answer_tag="answer", reasoning_tag="reasoning", log_metric=None, log_extra=None,
+                       **kwargs) -> list[float]:
+    """Turn-level credit for tool use: the share of an episode's calls that ran, were not a repeat, and whose result
+    was used: the last number the call printed is the final answer's number, or appears in a later call.
+
+    Each tool turn earns its calls' share and the episode scores the sum, in [0, 1]; 0 without calls. A chain of
+    calls where each feeds the next earns all of it; a call whose result is ignored, fails or repeats dilutes it.
+    Gaming it: print a guess and answer it (print(42), then 42) earns the full credit without computing anything, so
+    its weight must stay below what a correct answer adds (tests/test_rewards.py probes the recipe's weights).
+    """
+    credits = []
+    for completion in completions:
+        turns = tool_turns(completion)
+        calls = [pair for turn in turns for pair in turn]
+        answer = extract_xml_answer(completion_text(completion), answer_tag, reasoning_tag)
+        answered = parse_number(answer)
+        seen, episode, index = set(), [], 0
+        for turn in turns:
+            used = 0
+            for call, result in turn:
+                index += 1
+                printed = _number_tokens(result)
+                value = parse_number(printed[-1]) if printed else None
+                later = {number for later_call, _ in calls[index:] for number in _numbers(later_call)}
+                if (call not in seen and not tool_failed(result) and value is not None
+                        and (value == answered or value in later)):
+                    used += 1
+                seen.add(call)
+            episode.append(used / len(calls))
+        credits.append(episode)
+    _log_turn_credits("used_output", credits, log_metric, log_extra)
+    return [sum(episode) for episode in credits]
+
+
 # -------------------------------------------------------------------------------------------------- question answering
 
 

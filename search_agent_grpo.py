@@ -238,16 +238,16 @@ READER_TOOLS = [search, read_for]
 # %% [markdown]
 # ## Rewards
 # Exact match and token F1 against the gold answer pay only when the model searched, so answering from memory earns
-# nothing; a small format reward pays for the `<answer>` tags. Retrieval recall (did it find the supporting
-# passages?) is logged with weight 0: worth watching, but paying for it would reward searching over answering.
+# nothing; a small format reward pays for the `<answer>` tags. Turn-level credit (`new_evidence_reward`: each search
+# that shows a supporting passage for the first time) is logged per turn with weight 0: agent_demo measured it (README).
 
 # %%
-# Answer rewards pay only after a search (answering from memory earns nothing); retrieval recall is logged, weight 0.
+# Answer rewards pay only after a search (answering from memory earns nothing); turn-level credit is logged, weight 0.
 REWARD_FUNCS, REWARD_WEIGHTS = rewards.combine({
     rewards.RequiresToolCall(rewards.exact_match_reward, "search"): 1.0,
     rewards.RequiresToolCall(rewards.token_f1_reward, "search"): 1.0,
     rewards.answer_format_reward: 0.2,
-    rewards.retrieval_recall_reward: 0.0,
+    rewards.new_evidence_reward: 0.0,
 })
 
 

@@ -149,6 +149,7 @@ TOOLS = [python]
 REWARD_FUNCS, REWARD_WEIGHTS = rewards.combine({
     rewards.correctness_reward: 2.0,
     rewards.tool_use_reward: 0.5,
+    rewards.used_output_reward: 0.0,  # turn-level credit, logged per turn; see the README before paying for it
 })
 
 

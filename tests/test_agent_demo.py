@@ -60,7 +60,7 @@ def test_the_search_teacher_stops_one_hop_short_and_earns_only_the_format_reward
     one_hop = [row for row in teacher if len(rewards.tool_calls_and_results(row["completion"])) == 1]
     assert abs(len(one_hop) / len(teacher) - agent_demo.TEACHER_ERROR) < 0.06
     assert not any(row["strict"] for row in one_hop) and all(row["strict"] for row in teacher if row not in one_hop)
-    assert all(row["scores"]["retrieval_recall_reward"] == 0.5 for row in one_hop)  # the painter, never the town
+    assert all(row["scores"]["new_evidence_reward"] == 0.5 for row in one_hop)  # the painter, never the town
 
 
 def test_every_seed_searches_a_new_world(tmp_path):
@@ -69,6 +69,24 @@ def test_every_seed_searches_a_new_world(tmp_path):
     questions = [{(r["question"], r["answer"]) for r in read(tmp_path / f"search{seed}" / "rl" / "test.jsonl")}
                  for seed in (0, 1)]
     assert not questions[0] & questions[1]
+
+
+@pytest.mark.parametrize("task, credit", [("search", "new_evidence_reward"), ("tool", "used_output_reward")])
+def test_turn_credit_weights_the_recipes_turn_level_reward_and_nothing_else(task, credit):
+    module = __import__(agent_demo.TURN_CREDIT[task][0])
+    flags = agent_demo.reward_weights(agent_demo.parse_args(["--task", task, "--turn_credit", "0.5"]))
+    expected = [0.5 if rewards.reward_name(f) == credit else w
+                for f, w in zip(module.REWARD_FUNCS, module.REWARD_WEIGHTS, strict=True)]
+    assert flags == ["--reward_weights", *map(str, expected)]
+    assert agent_demo.reward_weights(agent_demo.parse_args(["--task", task])) == []  # the recipe's own weights
+
+
+@pytest.mark.parametrize("weight", ["1", "-0.1", "2.5"])
+def test_a_turn_credit_that_could_outweigh_a_correct_answer_is_one_line(weight, capsys):
+    with pytest.raises(SystemExit):
+        agent_demo.parse_args(["--task", "search", "--turn_credit", weight])
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "--turn_credit" in error and "[0, 1)" in error
 
 
 def test_an_earlier_demo_is_never_replaced_without_asking(tmp_path):

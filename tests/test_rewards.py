@@ -428,6 +428,57 @@ def test_no_tool_use_pattern_outscores_a_correct_answer():
         assert total(gamed) < total(correct_with_errors) < total(correct_without_tools) < total(genuine)
 
 
+@pytest.mark.parametrize("completion, expected", [
+    (final("<answer>18</answer>"), 0.0),                                                       # no calls
+    (tool_turn("print(3 * 6)", "18") + final("<answer>18</answer>"), 1.0),
+    (tool_turn("print(3 * 6)", "18") + final("<answer>17</answer>"), 0.0),                    # result not used
+    (tool_turn("print(3 * 6)", "18") + final("18"), 0.0),                                      # no answer block
+    (tool_turn("print(3)", "3") + tool_turn("print(3 * 6)", "18") + final("<answer>18</answer>"), 1.0),  # a chain
+    (tool_turn("print(2)", "2") + tool_turn("print(3 * 6)", "18") + final("<answer>18</answer>"), 0.5),  # one unused
+    (tool_turn("print(3 * 6)", "18") * 2 + final("<answer>18</answer>"), 0.5),                # a repeat earns nothing
+    (tool_turn("1/0", "Error: ZeroDivisionError") + final("<answer>18</answer>"), 0.0),
+    (tool_turn("print(1800)", "1800") + final("<answer>1,800</answer>"), 1.0),
+    (tool_turn("print(*range(30))", " ".join(map(str, range(30)))) + final("<answer>18</answer>"), 0.0),  # spraying
+    ([{"role": "assistant", "content": "", "tool_calls": [{"function": {"name": "python"}}]}], 0.0),  # unanswered
+])
+def test_used_output_reward_pays_for_calls_whose_result_the_episode_used(completion, expected):
+    assert rewards.used_output_reward([completion]) == [expected]
+
+
+def test_turn_level_credit_is_logged_per_turn():
+    metrics, columns = {}, {}
+    two_turns = tool_turn("print(2)", "2") + tool_turn("print(3 * 6)", "18") + final("<answer>18</answer>")
+    one_turn = tool_turn("print(3 * 6)", "18") + final("<answer>18</answer>")
+    scores = rewards.used_output_reward([two_turns, one_turn, final("<answer>18</answer>")],
+                                        log_metric=metrics.__setitem__, log_extra=columns.__setitem__)
+    assert scores == [0.5, 1.0, 0.0]
+    assert metrics == {"used_output/turn_1": 0.5, "used_output/turn_2": 0.5}  # turn 2: only the first episode's
+    assert columns == {"used_output_per_turn": ["0.00 0.50", "1.00", ""]}
+
+
+@pytest.mark.parametrize("credit_weight", [None, 0.5, 0.99])
+def test_turn_level_credit_never_lifts_a_wrong_answer_over_a_right_one(credit_weight):
+    """For the recipe's weight of used_output_reward and any weight below 1 (agent_demo --turn_credit refuses more)."""
+    import tool_use_grpo
+
+    weights = [credit_weight if credit_weight is not None and f is rewards.used_output_reward else w
+               for f, w in zip(tool_use_grpo.REWARD_FUNCS, tool_use_grpo.REWARD_WEIGHTS)]
+
+    def total(completion):
+        return sum(w * f(completions=[completion], answer=["18"])[0]
+                   for f, w in zip(tool_use_grpo.REWARD_FUNCS, weights))
+
+    right = [tool_turn("print(3 * 6)", "18") + final("<answer>18</answer>"), final("<answer>18</answer>"),
+             tool_turn("1/0", "Error: ZeroDivisionError") * 3 + final("<answer>18</answer>"),
+             tool_turn("print(3 * 6)", "18") * 4 + final("<answer>18</answer>")]
+    wrong = [tool_turn("print(3 + 6)", "9") + final("<answer>9</answer>"),                   # the used, wrong result
+             tool_turn("print(17)", "17") + final("<answer>17</answer>"),                    # a printed guess
+             sum((tool_turn(f"print({i} + 1)", str(i + 1)) for i in range(20)), []) + final("<answer>21</answer>"),
+             tool_turn("print(18)", "18") + final("I computed it above."),
+             tool_turn("print(3 * 6)", "18") + final("<answer>18</answer><answer>17</answer>")]
+    assert max(map(total, wrong)) < min(map(total, right))
+
+
 @pytest.mark.parametrize("answer", ["150 - 45", "100+5", "(100 + 5)", "2*52.5", "21 * 5", "210/2", "\\frac{210}{2}",
                                     "\\dfrac{210}{2}", "10^2 + 5", "\\sqrt{11025}", "105 \\times 1", "105\\cdot 1",
                                     "105 - 0", "315 \\div 3", "$100 + 5$", "\\boxed{100+5}", "105/1", "10**2+5"])

@@ -82,6 +82,7 @@ def test_grpo_steps_search_the_index_and_reuse_the_saved_one(trained):
     assert not agent.INDEX.rebuilt, "offline.py built this index; the run must load it, not rebuild it"
     logs = [log for log in trainer.state.log_history if "tools/call_frequency" in log]
     assert len(logs) == 2 and all(log["tools/call_frequency"] > 0 for log in logs)
+    assert all(0.0 <= log["new_evidence/turn_1"] <= 1.0 for log in logs)  # turn-level credit, logged per turn
 
 
 def test_the_tool_results_the_model_saw_came_from_the_index(trained):
@@ -130,6 +131,61 @@ def test_retrieval_recall_counts_the_gold_titles_the_tools_returned():
     scores = rewards.retrieval_recall_reward([completion] * 3, supporting_titles=[["Eiffel Tower", "Paris"],
                                                                                   ["Eiffel Tower"], []])
     assert scores == [0.5, 1.0, None]
+
+
+def read(title, result):
+    call = {"type": "function", "function": {"name": "read", "arguments": {"title": title}}}
+    return [{"role": "assistant", "content": "", "tool_calls": [call]},
+            {"role": "tool", "name": "read", "content": result}]
+
+
+PARIS = "[Paris] Paris is the capital of France."
+ANSWER = [{"role": "assistant", "content": "<answer>Paris</answer>"}]
+
+
+@pytest.mark.parametrize("completion, titles, expected", [
+    (searched("Eiffel Tower", PASSAGE) + searched("Paris", PARIS) + ANSWER, ["Eiffel Tower", "Paris"], 1.0),
+    (searched("Eiffel Tower", PASSAGE) + ANSWER, ["Eiffel Tower", "Paris"], 0.5),             # one hop short
+    (searched("Eiffel Tower", PASSAGE) * 3 + ANSWER, ["Eiffel Tower", "Paris"], 0.5),         # repeats earn nothing
+    (searched("Eiffel Tower", PASSAGE) + read("Eiffel Tower", PASSAGE) + ANSWER, ["Eiffel Tower"], 1.0),
+    (searched("zzz", "Error: no results for 'zzz'. Try other keywords.") + ANSWER, ["Eiffel Tower"], 0.0),
+    (searched("Eiffel Tower", "[Eiffel Tower Replica] A copy in Las Vegas.") + ANSWER, ["Eiffel Tower"], 0.0),
+    (searched("Eiffel Tower", PASSAGE) + ANSWER, [], None),                                     # no gold: no score
+])
+def test_new_evidence_credits_each_search_that_finds_a_supporting_passage_first(completion, titles, expected):
+    assert rewards.new_evidence_reward([completion], supporting_titles=[titles]) == [expected]
+    if expected is not None:  # summed over the episode, it is retrieval recall
+        assert rewards.retrieval_recall_reward([completion], supporting_titles=[titles]) == [expected]
+
+
+def test_new_evidence_is_logged_per_turn():
+    metrics = {}
+    episodes = [searched("Eiffel Tower", PASSAGE) + searched("Paris", PARIS) + ANSWER, searched("x", PASSAGE) + ANSWER]
+    rewards.new_evidence_reward(episodes, supporting_titles=[["Eiffel Tower", "Paris"]] * 2,
+                                log_metric=metrics.__setitem__)
+    assert metrics == {"new_evidence/turn_1": 0.5, "new_evidence/turn_2": 0.5}
+
+
+@pytest.mark.parametrize("credit_weight", [None, 0.5, 0.99])
+def test_turn_level_credit_never_lifts_a_wrong_answer_over_a_right_one(credit_weight):
+    """For the recipe's weight of new_evidence_reward and any weight below 1 (agent_demo --turn_credit refuses more)."""
+    weights = [credit_weight if credit_weight is not None and f is rewards.new_evidence_reward else w
+               for f, w in zip(agent.REWARD_FUNCS, agent.REWARD_WEIGHTS)]
+    titles = ["Eiffel Tower", "Paris"]
+
+    def total(completion, gold="Paris France"):
+        return sum(w * (f(completions=[completion], answer=[gold], supporting_titles=[titles])[0] or 0.0)
+                   for f, w in zip(agent.REWARD_FUNCS, weights))
+
+    both = searched("Eiffel Tower", PASSAGE) + searched("Paris", PARIS)
+    right = [both + [{"role": "assistant", "content": "<answer>Paris France</answer>"}],
+             searched("capital", "[Elsewhere] Nothing here.") + [{"role": "assistant",
+                                                                   "content": "<answer>Paris, France</answer>"}]]
+    wrong = [both + [{"role": "assistant", "content": "<answer>France Paris</answer>"}],     # F1 1.0, not exact
+             both + [{"role": "assistant", "content": "<answer>Paris</answer>"}],
+             both * 5 + [{"role": "assistant", "content": f"<answer>{PASSAGE}</answer>"}],
+             both + [{"role": "assistant", "content": "Paris France"}]]
+    assert max(map(total, wrong)) < min(map(total, right))
 
 
 def test_the_readme_shows_the_search_rubric():

@@ -58,6 +58,14 @@ def test_grpo_steps_call_the_tool(trained):
     assert (out / "checkpoint-2").is_dir()
 
 
+def test_turn_level_credit_reaches_the_logs_per_turn(trained):
+    trainer, out = trained
+    logs = [log for log in trainer.state.log_history if "tools/call_frequency" in log]
+    assert all(0.0 <= log["used_output/turn_1"] <= 1.0 for log in logs)
+    frame = pd.concat(pd.read_parquet(f) for f in sorted((out / "completions").glob("*.parquet")))
+    assert "used_output_per_turn" in frame.columns
+
+
 def tool_turns(completions_dir: Path) -> list[tuple[dict, dict]]:
     """(logged row, tool message) for every tool result in the completions TRL logged."""
     frame = pd.concat(pd.read_parquet(f) for f in sorted(completions_dir.glob("*.parquet")))
