@@ -49,10 +49,11 @@ def test_the_gain_kept_is_the_share_of_the_specialists_gain():
 
 @pytest.mark.slow
 def test_a_merge_of_the_two_specialists_keeps_most_of_both_gains(tmp_path):
-    """Seed 0, reduced (200 held-out problems, 40 GRPO steps per specialist, no joint run): each
-    specialist gains 10 points on its skill, and the best merge keeps at least half of each gain."""
+    """Seed 0, reduced (200 held-out problems, 40 GRPO steps per specialist, no joint run, 800 copying steps): the SFT
+    start copies, each specialist gains 10 points on its skill, and the best merge keeps at least half of each gain."""
     [result] = merge_demo.main(["--seeds", "0", "--out_dir", str(tmp_path), "--n_test", "200", "--grpo_steps", "40",
-                                "--joint_steps", "0"])
+                                "--joint_steps", "0", "--copy_steps", "800"])  # seed 0 copies after 800 (README)
+    assert result["sft_loss"] < merge_demo.SFT_LOSS_COPIES
     for skill in merge_demo.SKILLS:
         gain = result[f"specialist_{skill}"][f"accuracy_{skill}"] - result["sft_start"][f"accuracy_{skill}"]
         assert gain >= 0.10, (skill, result["kept"])
