@@ -681,7 +681,7 @@ def tool_calls_and_results(completion) -> list[tuple[str, str]]:
         if not isinstance(message, dict):
             continue
         if message.get("role") == "assistant":
-            for call in message.get("tool_calls") or []:
+            for call in _tool_call_list(message):
                 function = call.get("function", call) if isinstance(call, dict) else {}
                 arguments = function.get("arguments") if isinstance(function, dict) else None
                 name = function.get("name") if isinstance(function, dict) else None
@@ -689,6 +689,11 @@ def tool_calls_and_results(completion) -> list[tuple[str, str]]:
         elif message.get("role") == "tool":
             results.append(_content_text(message.get("content")))
     return [(call, results[i] if i < len(results) else "") for i, call in enumerate(calls)]
+
+
+def _tool_call_list(message: dict) -> list:
+    calls = message.get("tool_calls")
+    return calls if isinstance(calls, list) else []  # a malformed message made no call
 
 
 def tool_failed(result: str) -> bool:
@@ -765,8 +770,8 @@ def tool_turns(completion) -> list[list[tuple[str, str]]]:
     """tool_calls_and_results grouped by the assistant turn that made the calls; turns without a call are left out."""
     pairs, sizes = tool_calls_and_results(completion), []
     for message in completion if isinstance(completion, list) else []:
-        if isinstance(message, dict) and message.get("role") == "assistant" and message.get("tool_calls"):
-            sizes.append(len(message["tool_calls"]))
+        if isinstance(message, dict) and message.get("role") == "assistant" and _tool_call_list(message):
+            sizes.append(len(_tool_call_list(message)))
     turns, start = [], 0
     for size in sizes:
         turns.append(pairs[start:start + size])
@@ -804,7 +809,8 @@ def new_evidence_reward(completions, supporting_titles, log_metric=None, log_ext
             episode.append(len(found) / len(titles))
         credits.append(episode)
     _log_turn_credits("new_evidence", credits, log_metric, log_extra)
-    return [sum(episode) if titles else None for episode, titles in zip(credits, supporting_titles, strict=True)]
+    return [float(min(sum(episode), 1.0)) if titles else None  # min: float rounding of the shares
+            for episode, titles in zip(credits, supporting_titles, strict=True)]
 
 
 def _numbers(text: str) -> set[float]:
@@ -842,7 +848,7 @@ def used_output_reward(completions, answer_tag="answer", reasoning_tag="reasonin
             episode.append(used / len(calls))
         credits.append(episode)
     _log_turn_credits("used_output", credits, log_metric, log_extra)
-    return [sum(episode) for episode in credits]
+    return [float(min(sum(episode), 1.0)) for episode in credits]  # min: float rounding of the shares
 
 
 # -------------------------------------------------------------------------------------------------- question answering

@@ -353,7 +353,7 @@ completion = (tagged_text.map(chat) | st.text(max_size=200).map(chat) | json_lik
               | st.lists(st.dictionaries(st.sampled_from(["role", "content"]), tagged_text), max_size=3))  # missing keys
 ALL_REWARDS = [rewards.correctness_reward, rewards.boxed_correctness_reward, rewards.integer_answer_reward,
                rewards.strict_format_reward, rewards.soft_format_reward, rewards.xml_tag_count_reward,
-               rewards.exact_match_reward, rewards.token_f1_reward, rewards.tool_use_reward]
+               rewards.exact_match_reward, rewards.token_f1_reward, rewards.tool_use_reward, rewards.used_output_reward]
 
 
 @settings(max_examples=300, deadline=None)
@@ -365,6 +365,30 @@ def test_no_reward_raises_and_each_returns_one_float_in_range_per_completion(com
             scores = reward(completions=completions, answer=[gold] * len(completions), trainer_state=None)
             assert len(scores) == len(completions)
             assert all(isinstance(s, float) and 0.0 <= s <= 1.0 for s in scores)
+
+
+tool_call = st.fixed_dictionaries({"type": st.just("function"), "function": st.fixed_dictionaries(
+    {"name": st.sampled_from(["python", "search", "read"]), "arguments": json_like})}) | json_like
+episode = st.lists(st.fixed_dictionaries({"role": st.just("assistant"), "content": tagged_text,
+                                          "tool_calls": st.lists(tool_call, max_size=3) | json_like})
+                   | st.fixed_dictionaries({"role": st.just("tool"),
+                                            "content": tagged_text | st.sampled_from(["[T1] x", "[T2] 18", "Error"])}),
+                   max_size=6)
+
+
+@settings(max_examples=300, deadline=None)
+@given(completions=st.lists(episode | completion, min_size=1, max_size=4),
+       titles=st.lists(st.sampled_from(["T1", "T2", "T3"]), max_size=3) | st.none())
+def test_turn_level_credit_never_raises_and_stays_in_range(completions, titles):
+    logged = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for reward, columns in ((rewards.used_output_reward, {}),
+                                (rewards.new_evidence_reward, {"supporting_titles": [titles] * len(completions)})):
+            scores = reward(completions=completions, log_metric=logged.__setitem__, **columns)
+            assert len(scores) == len(completions)
+            assert all(s is None or (isinstance(s, float) and 0.0 <= s <= 1.0) for s in scores)
+    assert all(0.0 <= value <= 1.0 for value in logged.values())
 
 
 @pytest.mark.parametrize("text", ["x" * 1_000_000, "<reasoning>" * 100_000, "\ud800\udfff" * 1000, "1" * 1_000_000,
