@@ -1,6 +1,6 @@
 """A CPU-only test of merging skill specialists: GRPO on each skill from one SFT start, then merge_models.py.
 
-    python merge_demo.py --seeds 0 1 2      # about 20 minutes a seed on 2 cores
+    python merge_demo.py --seeds 0 1 2      # 20-27 minutes a seed on 2 cores
 
 The task is agent_demo.py's tool task with a teacher that gets both kinds of problem wrong: it writes `a + b` in 60%
 of the multiplications ("How many apples are in 86 crates?") and in 60% of the subtractions ("...sold 86. How many
@@ -139,7 +139,7 @@ def plot(results: list[dict], path: Path) -> None:
             axis.bar(seeds, [100 * r[key][f"accuracy_{skill}"] for r in results], width, label=label)
         axis.set(title=f"held-out {skill} problems: greedy accuracy", xlabel="seed", ylabel="%",
                  xticks=[r["seed"] for r in results])
-    axis.legend(fontsize=7)
+    figure.legend(*axis.get_legend_handles_labels(), loc="outside right center", fontsize=8)  # clear of the bars
     figure.savefig(path, dpi=90)
 
 

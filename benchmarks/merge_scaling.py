@@ -9,7 +9,7 @@ merge_demo.py run this evaluates, on the held-out problems of the demo (agent_de
     on its skill. If it loses as much as the linear merge does, halving is the cause, not the other update;
   - task_arithmetic at each --scales value: the start plus that much of both updates (0.5 is the linear merge, 1.0
     the demo's task_arithmetic), on both skills.
-Prints each one's share of the specialist's gain over the SFT start kept; writes <demo>/scaling.json.
+Prints each one's share of the specialist's gain over the SFT start kept; writes <demo>/scaling.json (--out).
 """
 
 import argparse
@@ -31,7 +31,9 @@ def main(argv=None) -> dict:
     parser.add_argument("--scales", type=float, nargs="*", default=[0.75], help="task_arithmetic weights to try "
                         "(each for both updates)")
     parser.add_argument("--seeds", type=int, nargs="+", help="default: every seed of the demo")
+    parser.add_argument("--out", type=Path, help="where to write the figures (default: <demo>/scaling.json)")
     args = parser.parse_args(argv)
+    args.out = args.out or args.demo / "scaling.json"
     if not (args.demo / "results.json").exists():
         sys.exit(f"{args.demo} holds no results.json: pass a merge_demo.py --out_dir, e.g. runs/merge_demo")
     demo = json.loads((args.demo / "results.json").read_text())
@@ -64,7 +66,7 @@ def main(argv=None) -> dict:
         evaluated = [*merges, "sft_start", *[f"specialist_{skill}" for skill in merge_demo.SKILLS]]
         table[seed]["accuracy"] = {name: {skill: result[name][f"accuracy_{skill}"] for skill in merge_demo.SKILLS}
                                    for name in evaluated}
-    (args.demo / "scaling.json").write_text(json.dumps(table, indent=1))
+    args.out.write_text(json.dumps(table, indent=1))
     print("share of each specialist's gain kept (multiply / subtract); half_<skill>: that specialist at half its update")
     names = [n for n in next(iter(table.values())) if n != "accuracy"]
     print("seed  " + "  ".join(f"{n:>22}" for n in names))
@@ -76,7 +78,7 @@ def main(argv=None) -> dict:
                 kept = [k if name == f"half_{skill}" else None for k, skill in zip(kept, merge_demo.SKILLS)]
             cells.append(" / ".join("   -" if k is None else f"{k:>4.0%}" for k in kept))
         print(f"{seed:>4}  " + "  ".join(f"{c:>22}" for c in cells))
-    say(f"wrote {args.demo / 'scaling.json'}")
+    say(f"wrote {args.out}")
     return table
 
 
