@@ -18,6 +18,7 @@ every recipe; editing a recipe changes only that recipe.
 
 import ast
 import difflib
+import hashlib
 import importlib.util
 import json
 import logging
@@ -361,8 +362,26 @@ class Reader:
         return f"{passage.split('] ', 1)[0]}] (summary) {summary}"
 
 
-def start_reader(base_url: str, model: str | None, timeout: float, max_tokens: int, prompt: str) -> Reader:
-    """A Reader, once its endpoint answers; each bad option or an endpoint that does not answer is one line."""
+@dataclass
+class ReaderArguments:
+    """The flags of a sub-agent reader: a recipe's ScriptArguments subclasses this to offer one."""
+    reader_base_url: str | None = arg(None, "A sub-agent reader: `read` then takes the policy's question too and "
+                                      "returns a short summary of the passage for it, written by a frozen model at "
+                                      "this OpenAI-compatible endpoint (transformers serve, vLLM, an API; key: "
+                                      "READER_API_KEY). Default: none, `read` returns the passage itself.")
+    reader_model: str | None = arg(None, "The reader's model name at --reader_base_url.")
+    reader_timeout: float = arg(20.0, "Seconds the reader may take; past them, or on any error, `read` returns the "
+                                      "passage itself (counted in the log).")
+    reader_max_tokens: int = arg(96, "The longest summary the reader may write, in tokens.")
+
+
+def start_reader(script_args: ReaderArguments, prompt: str) -> Reader | None:
+    """A Reader once its endpoint answers, or None without --reader_base_url; each bad option or an endpoint that does
+    not answer is one line."""
+    base_url, model = script_args.reader_base_url, script_args.reader_model
+    timeout, max_tokens = script_args.reader_timeout, script_args.reader_max_tokens
+    if base_url is None:
+        return None
     if not model:
         sys.exit("--reader_base_url needs --reader_model: the model name the endpoint serves.")
     if timeout <= 0 or max_tokens < 1:
@@ -374,6 +393,32 @@ def start_reader(base_url: str, model: str | None, timeout: float, max_tokens: i
         sys.exit(f"--reader_base_url {base_url}: no OpenAI-compatible server answers ({type(err).__name__}); start "
                  f"one (e.g. `transformers serve {model}`) or drop --reader_base_url.")
     return reader
+
+
+def bm25_index(corpus: list[dict], index_dir: str) -> tuple:
+    """(bm25s retriever, its corpus, whether it was built now) for passages {'title', 'text'}: built once, saved under
+    index_dir/<corpus hash>, reloaded while the corpus is unchanged. Under accelerate launch the main process builds
+    and the others load."""
+    import bm25s
+    from accelerate import PartialState
+
+    digest = hashlib.sha256(json.dumps(corpus, sort_keys=True).encode()).hexdigest()[:16]
+    path = Path(index_dir) / digest
+    with PartialState().main_process_first():
+        if (path / "params.index.json").exists():
+            logger.warning(f"reusing the bm25s index in {path}")
+            retriever = bm25s.BM25.load(str(path), load_corpus=True, show_progress=False)
+            return retriever, list(retriever.corpus), False
+        logger.warning(f"building the bm25s index of {len(corpus)} passages in {path}")  # every rank says so
+        retriever = bm25s.BM25()
+        retriever.index(bm25s.tokenize([f"{p['title']}\n{p['text']}" for p in corpus], stopwords="en"))
+        building = path.with_name(f"{digest}.building-{os.getpid()}")  # complete, then in place at once:
+        retriever.save(str(building), corpus=corpus)  # another run never reads half an index
+        try:
+            building.rename(path)
+        except OSError:  # another run put the same index there first
+            shutil.rmtree(building, ignore_errors=True)
+        return retriever, corpus, True
 
 
 def setup_logging() -> None:

@@ -751,13 +751,7 @@ def retrieval_recall_reward(completions, supporting_titles, **kwargs) -> list[fl
     A diagnostic for search agents, best logged with weight 0: it shows whether the model finds the evidence.
     Gaming it: searching for everything raises it without answering anything, so it should not be paid for.
     """
-    def score(completion, titles) -> float | None:
-        if not titles:
-            return None
-        seen = " ".join(result for _, result in tool_calls_and_results(completion))
-        return sum(f"[{title}]" in seen for title in titles) / len(titles)
-
-    return [_safely(score, c, titles) for c, titles in zip(completions, supporting_titles, strict=True)]
+    return new_evidence_reward(completions, supporting_titles)  # the sum of its per-turn credits
 
 
 # -------------------------------------------------------------------------------------------------- turn-level credit

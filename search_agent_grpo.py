@@ -8,21 +8,13 @@ Jupyter or Colab (free T4):      notebooks/search_agent_grpo.ipynb, generated fr
 
 The model searches the corpus (`search`), reads whole passages (`read`) over several turns, then answers. Only the
 answer is rewarded, and only when the model searched; the retrieved text is never trained on (TRL masks tool output
-tokens out of the loss). The corpus needs no Wikipedia dump: HotpotQA's per-question paragraphs, pooled over its
-splits and de-duplicated by title, so multi-hop questions need two or more searches. The bm25s index is built once
-(with a progress bar), saved under --index_dir keyed by a hash of the corpus, reloaded while the corpus is unchanged.
+tokens out of the loss). The bm25s index is built once, then reloaded from --index_dir while the corpus is unchanged.
 """
 
 # %%
-import hashlib
-import json
-import os
-import shutil
 from dataclasses import dataclass
-from pathlib import Path
 
 import bm25s
-from accelerate import PartialState
 from datasets import Dataset, concatenate_datasets
 from trl import GRPOTrainer
 
@@ -59,7 +51,7 @@ RECIPE_DEFAULTS = {
 
 
 @dataclass
-class ScriptArguments:
+class ScriptArguments(plumbing.ReaderArguments):  # and the reader's flags: --reader_base_url, ...
     corpus_path: str | None = arg(None, "JSONL of {'title', 'text'} passages; default: HotpotQA's paragraphs.")
     dataset_path: str | None = arg(None, "Questions (question, answer, optional supporting_titles): a JSON/JSONL/"
                                          "parquet file or a folder of split files; default: HotpotQA distractor.")
@@ -68,14 +60,6 @@ class ScriptArguments:
     search_top_k: int = arg(3, "Passages a search returns.")
     snippet_chars: int = arg(200, "Characters of each passage a search shows.")
     passage_chars: int = arg(1500, "Characters of a passage `read` returns at most.")
-    reader_base_url: str | None = arg(None, "A sub-agent reader: `read` then takes the policy's question too and "
-                                      "returns a short summary of the passage for it, written by a frozen model at "
-                                      "this OpenAI-compatible endpoint (transformers serve, vLLM, an API; key: "
-                                      "READER_API_KEY). Default: none, `read` returns the passage itself.")
-    reader_model: str | None = arg(None, "The reader's model name at --reader_base_url.")
-    reader_timeout: float = arg(20.0, "Seconds the reader may take; past them, or on any error, `read` returns the "
-                                      "passage itself (counted in the log).")
-    reader_max_tokens: int = arg(96, "The longest summary the reader may write, in tokens.")
 
 
 # %% [markdown]
@@ -136,23 +120,7 @@ class SearchIndex:
 
     def __init__(self, corpus: list[dict], index_dir: str, top_k=3, snippet_chars=200, passage_chars=1500):
         self.top_k, self.snippet_chars, self.passage_chars = top_k, snippet_chars, passage_chars
-        digest = hashlib.sha256(json.dumps(corpus, sort_keys=True).encode()).hexdigest()[:16]
-        self.path = Path(index_dir) / digest
-        self.rebuilt = not (self.path / "params.index.json").exists()
-        if self.rebuilt:
-            logger.warning(f"building the bm25s index of {len(corpus)} passages in {self.path}")  # every rank says so
-            self.retriever = bm25s.BM25()
-            self.retriever.index(bm25s.tokenize([f"{p['title']}\n{p['text']}" for p in corpus], stopwords="en"))
-            building = self.path.with_name(f"{digest}.building-{os.getpid()}")  # complete, then in place at once:
-            self.retriever.save(str(building), corpus=corpus)  # another run never reads half an index
-            try:
-                building.rename(self.path)
-            except OSError:  # another run put the same index there first
-                shutil.rmtree(building, ignore_errors=True)
-        else:
-            logger.warning(f"reusing the bm25s index in {self.path}")
-            self.retriever = bm25s.BM25.load(str(self.path), load_corpus=True, show_progress=False)
-        self.corpus = corpus if self.rebuilt else list(self.retriever.corpus)
+        self.retriever, self.corpus, self.rebuilt = plumbing.bm25_index(corpus, index_dir)
         self.by_title = {str(p["title"]).casefold(): p for p in self.corpus}
 
     def search(self, query: str) -> str:
@@ -181,8 +149,7 @@ INDEX: SearchIndex | None = None  # set by load_index() before the tools run
 def load_index(corpus_path=None, index_dir="runs/bm25_index", top_k=3, snippet_chars=200, passage_chars=1500):
     """Point the tools at the corpus (building or reloading its index); evaluate.py calls this too."""
     global INDEX
-    with PartialState().main_process_first():  # under accelerate launch: the main process builds, the others load
-        INDEX = SearchIndex(build_corpus(corpus_path), index_dir, top_k, snippet_chars, passage_chars)
+    INDEX = SearchIndex(build_corpus(corpus_path), index_dir, top_k, snippet_chars, passage_chars)
 
 
 def search(query: str) -> str:
@@ -207,15 +174,13 @@ TOOLS = [search, read]
 
 
 # %% [markdown]
-# A sub-agent reader (`--reader_base_url`): a frozen model reads the passage and returns only what bears on the
-# question the policy asks, so long passages never fill the policy's context. On a timeout or an error, `read`
-# returns the passage itself: the episode goes on, and the log counts the fallbacks.
+# A sub-agent reader (`--reader_base_url`): a frozen model returns only what a passage says about the policy's question,
+# so long passages stay out of its context; on a timeout or an error, `read` returns the passage (the log counts them).
 
 # %%
 READER_PROMPT = ("You read passages for a search agent. Reply with at most two sentences from the passage that "
                  "bear on the question, copying names, dates and numbers exactly, or with 'Nothing relevant.' if "
                  "none do.")
-
 
 READER: plumbing.Reader | None = None  # set by main() with --reader_base_url
 
@@ -238,12 +203,10 @@ READER_TOOLS = [search, read_for]
 # %% [markdown]
 # ## Rewards
 # Exact match and token F1 against the gold answer pay only when the model searched, so answering from memory earns
-# nothing; a small format reward pays for the `<answer>` tags. Turn-level credit (`new_evidence_reward`: each search
-# that shows a supporting passage for the first time) is logged per turn with weight 0: paid at 0.5 it did not speed
-# learning on the CPU demo (benchmarks/turn_credit.py, README).
+# nothing; a small format reward pays for the `<answer>` tags. Turn-level credit (each search that finds a supporting
+# passage first) is logged per turn, weight 0: paid, it did not speed learning (benchmarks/turn_credit.py, README).
 
 # %%
-# Answer rewards pay only after a search (answering from memory earns nothing); turn-level credit is logged, weight 0.
 REWARD_FUNCS, REWARD_WEIGHTS = rewards.combine({
     rewards.RequiresToolCall(rewards.exact_match_reward, "search"): 1.0,
     rewards.RequiresToolCall(rewards.token_f1_reward, "search"): 1.0,
@@ -254,17 +217,14 @@ REWARD_FUNCS, REWARD_WEIGHTS = rewards.combine({
 
 # %% [markdown]
 # ## Trainer
-# The shared pre-flight checks (tool-call template included) and trainer, with `tools=TOOLS`. Retrieved text is
-# masked out of the loss.
+# The shared pre-flight checks (tool-call template included) and trainer, with the tools; TRL masks their output out.
 
 # %%
 def main(argv: list[str] | None = None) -> GRPOTrainer:
     script_args, training_args, model_args = plumbing.parse_args(ScriptArguments, RECIPE_DEFAULTS, argv,
                                                                  reward_weights=REWARD_WEIGHTS)
     global READER
-    READER = script_args.reader_base_url and plumbing.start_reader(
-        script_args.reader_base_url, script_args.reader_model, script_args.reader_timeout,
-        script_args.reader_max_tokens, READER_PROMPT)
+    READER = plumbing.start_reader(script_args, READER_PROMPT)  # None without --reader_base_url
     tools = READER_TOOLS if READER else TOOLS
     tokenizer = plumbing.prepare(training_args, model_args, REWARD_FUNCS, tools=tools)
     load_index(script_args.corpus_path, script_args.index_dir, script_args.search_top_k, script_args.snippet_chars,

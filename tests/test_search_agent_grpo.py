@@ -51,7 +51,7 @@ def test_the_index_is_reused_while_the_corpus_is_unchanged_and_rebuilt_when_it_c
     again = agent.SearchIndex(corpus, str(tmp_path))
     changed = agent.SearchIndex(corpus + [{"title": "New", "text": "A new passage about zebras."}], str(tmp_path))
     assert first.rebuilt and not again.rebuilt and changed.rebuilt
-    assert again.path == first.path != changed.path
+    assert len(list(tmp_path.iterdir())) == 2  # one saved index per corpus, no half-built folder left
     assert again.search(corpus[0]["title"]) == first.search(corpus[0]["title"])
     assert "[New]" in changed.search("zebras") and again.search("zebras").startswith("Error: no results")
 
@@ -154,8 +154,6 @@ ANSWER = [{"role": "assistant", "content": "<answer>Paris</answer>"}]
 ])
 def test_new_evidence_credits_each_search_that_finds_a_supporting_passage_first(completion, titles, expected):
     assert rewards.new_evidence_reward([completion], supporting_titles=[titles]) == [expected]
-    if expected is not None:  # summed over the episode, it is retrieval recall
-        assert rewards.retrieval_recall_reward([completion], supporting_titles=[titles]) == [expected]
 
 
 def test_new_evidence_is_logged_per_turn():
