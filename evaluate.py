@@ -5,9 +5,11 @@
 
 The server can be a hosted API, `vllm serve <model>`, or `transformers serve <model>`, including a checkpoint you just
 trained (the before/after loop). The recipe module (`gsm8k_grpo`, `tool_use_grpo`, `search_agent_grpo` or your fork)
-supplies everything: `build_dataset`, `SYSTEM_PROMPT` (inside its prompts), `TOOLS`, `REWARD_FUNCS`, `REWARD_WEIGHTS`.
-Tool calls go through the OpenAI tools API with the schemas TRL builds from the same functions, and run locally in
-the recipe's own tools (the sandbox, the search index), up to the recipe's `max_tool_calling_iterations`.
+supplies everything through the contract in harness.py: `build_dataset`, `SYSTEM_PROMPT` (inside its prompts), `TOOLS`
+and `setup_tools`, `REWARD_FUNCS`, `REWARD_WEIGHTS`; the recipe's own flags (its ScriptArguments: `--dataset_path`,
+`--corpus_path`, `--tool_timeout`, ...) are accepted here too. Tool calls go through the OpenAI tools API with the
+schemas TRL builds from the same functions, and run locally in the recipe's own tools (the sandbox, the search index),
+up to the recipe's `max_tool_calling_iterations`.
 
 Prints each reward's mean/std and the weighted total, strict accuracy (the recipe's first reward at full marks: right
 AND in the recipe's format) beside lenient accuracy (the gold answer anywhere in the final message) so format
@@ -16,6 +18,7 @@ writes every conversation with its scores to --out (the input of `sft_warmstart.
 """
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -25,15 +28,18 @@ from concurrent.futures import ThreadPoolExecutor
 
 from openai import APIConnectionError, OpenAI
 from tqdm import tqdm
+from transformers import HfArgumentParser
 from transformers.utils import get_json_schema
 
-import plumbing
+import harness
 import rewards
-from sandbox import SandboxUnavailable
 
 
-def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def parse_args(argv=None) -> tuple[argparse.Namespace, list[str]]:
+    """evaluate.py's own options, and the rest of the command line: the recipe's own flags."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                     epilog="Any flag of the recipe's ScriptArguments (--dataset_path, --corpus_path, "
+                                            "--index_dir, --tool_timeout, ...) is passed to the recipe.")
     parser.add_argument("recipe", help="recipe module: gsm8k_grpo, tool_use_grpo, search_agent_grpo, or a fork's path")
     parser.add_argument("--base_url", required=True, help="OpenAI-compatible endpoint, e.g. http://localhost:8000/v1")
     parser.add_argument("--model", required=True, help="model name the server knows")
@@ -41,9 +47,6 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("-n", "--num_examples", type=int, default=50, help="examples from the split")
     parser.add_argument("-r", "--rollouts", type=int, default=1, help="rollouts per example (for pass@r)")
     parser.add_argument("--split", default="test")
-    parser.add_argument("--dataset_path", default=None, help="local data, as the recipe's --dataset_path")
-    parser.add_argument("--corpus_path", default=None, help="search recipe: as its --corpus_path")
-    parser.add_argument("--index_dir", default="runs/bm25_index", help="search recipe: as its --index_dir")
     parser.add_argument("--concurrency", type=int, default=32, help="requests in flight")
     parser.add_argument("--max_tokens", type=int, default=1024, help="tokens per model turn")
     parser.add_argument("--temperature", type=float, default=1.0)
@@ -51,7 +54,17 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds per request")
     parser.add_argument("--out", default="results.jsonl", help="JSONL of every rollout")
     parser.add_argument("--show", type=int, default=2, help="rollouts to print")
-    return parser.parse_args(argv)
+    return parser.parse_known_args(argv)
+
+
+def recipe_arguments(recipe, argv: list[str]):
+    """The recipe's ScriptArguments from the flags evaluate.py does not know; a flag neither knows is one line."""
+    parser = HfArgumentParser(recipe.ScriptArguments, allow_abbrev=False)
+    script_args, unknown = parser.parse_args_into_dataclasses(argv, return_remaining_strings=True)
+    if unknown:
+        known = ", ".join(f"--{f.name}" for f in dataclasses.fields(recipe.ScriptArguments))
+        sys.exit(f"unknown option(s) {' '.join(unknown)}: not evaluate.py's (--help) nor {recipe.__name__}'s ({known})")
+    return script_args
 
 
 def run_tool(tools: dict, call) -> str:
@@ -63,9 +76,9 @@ def run_tool(tools: dict, call) -> str:
         return f"Error: {type(err).__name__}: {err}"
 
 
-def rollout(client, args, recipe, example: dict, max_turns: int) -> dict:
+def rollout(client, args, tool_list: list, example: dict, max_turns: int) -> dict:
     """One conversation: the model's turns and, for tool recipes, the tools' results, until it stops calling them."""
-    tools = {f.__name__: f for f in getattr(recipe, "TOOLS", [])}
+    tools = {f.__name__: f for f in tool_list}
     schemas = [get_json_schema(f) for f in tools.values()] or None
     messages, completion, usage = list(example["prompt"]), [], {"prompt_tokens": 0, "completion_tokens": 0}
     try:
@@ -166,19 +179,15 @@ def show(row: dict) -> str:
 
 
 def main(argv=None) -> list[dict]:
-    args = parse_args(argv)
+    args, rest = parse_args(argv)
     try:  # before any rollout: an unwritable --out would lose them all at the end
         open(args.out, "a").close()
     except OSError as err:
         sys.exit(f"--out {args.out}: cannot write there ({err.strerror})")
-    recipe = plumbing.load_recipe(args.recipe)
-    if hasattr(recipe, "SANDBOX"):  # refuse here, in one line, rather than as an error string in every rollout
-        try:
-            recipe.SANDBOX.start()
-        except SandboxUnavailable as err:
-            sys.exit(str(err))
-    if hasattr(recipe, "load_index"):
-        recipe.load_index(args.corpus_path, args.index_dir)
+    recipe = harness.load_recipe(args.recipe)
+    script_args = recipe_arguments(recipe, rest)
+    # Ready the tools here (the sandbox refuses in one line, rather than as an error string in every rollout).
+    tools = recipe.setup_tools(script_args) if harness.tools_of(recipe) else []
     api_key = args.api_key or os.environ.get("OPENAI_API_KEY") or "none"  # local servers take any key
     client = OpenAI(base_url=args.base_url, api_key=api_key, timeout=args.timeout, max_retries=3)
     try:
@@ -186,15 +195,14 @@ def main(argv=None) -> list[dict]:
     except APIConnectionError:
         sys.exit(f"cannot reach {args.base_url}: start a server (e.g. `transformers serve {args.model}` or "
                  f"`vllm serve {args.model}`) or fix --base_url.")
-    dataset = recipe.build_dataset(args.split, args.dataset_path)
+    dataset = recipe.build_dataset(args.split, script_args.dataset_path)
     examples = [dataset[i] for i in range(min(args.num_examples, len(dataset)))]
     max_turns = args.max_turns
     if max_turns is None:  # the recipe's own bound on tool-calling rounds; none without tools
-        has_tools = bool(getattr(recipe, "TOOLS", None))
-        max_turns = recipe.RECIPE_DEFAULTS.get("max_tool_calling_iterations", 0) if has_tools else 0
+        max_turns = recipe.RECIPE_DEFAULTS.get("max_tool_calling_iterations", 0) if tools else 0
     jobs = [(i, r) for i in range(len(examples)) for r in range(args.rollouts)]
     with ThreadPoolExecutor(args.concurrency) as pool:
-        futures = [pool.submit(rollout, client, args, recipe, examples[i], max_turns) for i, _ in jobs]
+        futures = [pool.submit(rollout, client, args, tools, examples[i], max_turns) for i, _ in jobs]
         rows = [f.result() for f in tqdm(futures, desc=f"{args.recipe} rollouts", unit="rollout")]
     for row, (i, r) in zip(rows, jobs, strict=True):
         row.update(example=i, rollout=r, answer=examples[i].get("answer"))

@@ -8,10 +8,12 @@ Jupyter or Colab (free T4):              notebooks/gsm8k_grpo.ipynb, generated f
 """
 
 # %%
+import re
 from dataclasses import dataclass
+from functools import lru_cache
 
 from datasets import Dataset
-from trl import GRPOTrainer
+from trl import GRPOTrainer, get_peft_config, get_quantization_config
 
 import plumbing
 import rewards
@@ -21,27 +23,32 @@ from plumbing import arg
 # ## Config
 # GRPO samples a group of completions for each prompt, scores each one with the rubric, and raises the probability of
 # those that beat their group's mean: no value model, no reference answers beyond the final number. The defaults are
-# sized for one GPU; any field can be changed from the command line, a `--config` YAML, or `NOTEBOOK_ARGS` below.
+# sized for one GPU; any field can be changed here, from the command line, a `--config` YAML, or `NOTEBOOK_ARGS`.
 
 # %%
-MODEL_NAME = "Qwen/Qwen2.5-1.5B-Instruct"
-# A notebook on Colab's free T4 puts these first: 0.5B with LoRA, fewer and shorter steps ("--load_in_4bit" for 1.5B).
-COLAB_ARGS = plumbing.COLAB_T4_ARGS + ["--max_completion_length", "256"]
+# In a notebook on Colab's free T4 (16 GB, no bf16) the `if ON_COLAB` values apply: a 0.5B model, 100 shorter steps.
+ON_COLAB = plumbing.on_colab()
+MODEL_NAME = "Qwen/Qwen2.5-0.5B-Instruct" if ON_COLAB else "Qwen/Qwen2.5-1.5B-Instruct"
+DATASET = ("openai/gsm8k", "main")  # the Hub dataset and its config; --dataset_path reads local files instead
 
 # Valid on ONE GPU: per_device_train_batch_size × GPUs × steps_per_generation must be a multiple of num_generations.
 RECIPE_DEFAULTS = dict(
     model_name_or_path=MODEL_NAME, output_dir="runs/gsm8k_grpo",
-    learning_rate=5e-6, adam_beta2=0.99, weight_decay=0.1,
-    warmup_steps=0.1, lr_scheduler_type="cosine", max_grad_norm=0.1,
-    gradient_checkpointing=True,  # trades ~20% speed for memory; off: --gradient_checkpointing false (or --activation_)
+    learning_rate=5e-6,  # a full fine-tune's rate (--use_peft false)
+    # LoRA needs about 10x a full fine-tune's rate (Schulman et al., "LoRA Without Regret", 2025).
+    lora_learning_rate=2e-5 if ON_COLAB else 5e-5,
+    adam_beta2=0.99, weight_decay=0.1, warmup_steps=0.1, lr_scheduler_type="cosine", max_grad_norm=0.1,
+    gradient_checkpointing=True,  # trades ~20% speed for memory; off: --gradient_checkpointing false
     num_generations=8,  # completions per prompt; GRPO's advantage is each one's reward relative to its group
     # Rewards minus the group mean, not divided by the group std (Dr. GRPO): an all-correct group's formatting noise
-    # then stays small. Best mean held-out gain of group/batch/none on cpu_demo's 3 seeds (README, ablate_grpo.py).
+    # then stays small. Best mean held-out gain of group/batch/none on cpu_demo's 3 seeds (docs/experiments.md).
     scale_rewards="none",
-    per_device_train_batch_size=8, max_completion_length=512,
-    gradient_accumulation_steps=4,  # 32 completions (4 prompts × 8) per optimizer step
-    num_train_epochs=1, logging_steps=1, save_steps=100, save_total_limit=3,
-    eval_strategy="steps", eval_steps=100, per_device_eval_batch_size=16, num_generations_eval=4,
+    per_device_train_batch_size=16 if ON_COLAB else 8,
+    gradient_accumulation_steps=1 if ON_COLAB else 4,  # 32 completions (4 prompts × 8) per optimizer step
+    max_completion_length=256 if ON_COLAB else 512,
+    max_steps=100 if ON_COLAB else -1, num_train_epochs=1,  # -1: one epoch
+    logging_steps=1, save_steps=50 if ON_COLAB else 100, save_total_limit=3,
+    eval_strategy="steps", eval_steps=50 if ON_COLAB else 100, per_device_eval_batch_size=16, num_generations_eval=4,
     vllm_gpu_memory_utilization=0.3,  # colocate mode (TRL's default): vLLM shares the GPU with training
     num_completions_to_print=2,  # used with --log_completions
     use_peft=True, lora_r=16, lora_alpha=32, lora_target_modules=["all-linear"],  # LoRA: one 24 GB GPU (README)
@@ -51,25 +58,8 @@ RECIPE_DEFAULTS = dict(
 @dataclass
 class ScriptArguments:
     dataset_path: str | None = arg(None, "Local GSM8K-form data: a JSON/JSONL/parquet file or a folder of split files.")
-    num_eval_examples: int = arg(200, "Held-out test problems scored with the same rewards at each evaluation.")
-
-
-# %% [markdown]
-# ## Data
-# GSM8K's grade-school word problems. The prompt is the system prompt plus the question; the gold answer is the number
-# after `####` in the worked solution, which the correctness reward compares against.
-
-# %%
-def build_dataset(split: str = "train", dataset_path: str | None = None) -> Dataset:
-    """GSM8K as conversational `prompt`s (system + question) and numeric `answer`s (the text after '####')."""
-    raw = plumbing.load_split(split, dataset_path)
-    if missing := {"question", "answer"} - set(raw.column_names):
-        raise ValueError(f"{dataset_path or 'openai/gsm8k'} ({split}) lacks column(s) {sorted(missing)}: it has "
-                         f"{raw.column_names}; rename them to `question` and `answer` ('<solution> #### <number>').")
-    return raw.map(lambda row: {
-        "prompt": [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": row["question"]}],
-        "answer": rewards.extract_hash_answer(row["answer"]),
-    }, remove_columns=raw.column_names)
+    num_eval_examples: int = arg(64 if ON_COLAB else 200, "Held-out test problems scored with the same rewards at "
+                                                          "each evaluation.")
 
 
 # %% [markdown]
@@ -85,36 +75,134 @@ SYSTEM_PROMPT = """Respond in the following format:
 ...
 </answer>"""
 
+
+# %% [markdown]
+# ## Data
+# GSM8K's grade-school word problems. The prompt is the system prompt plus the question; the gold answer is the number
+# after `####` in the worked solution, which the correctness reward compares against.
+
+# %%
+def build_dataset(split: str = "train", dataset_path: str | None = None) -> Dataset:
+    """GSM8K as conversational `prompt`s (system + question) and numeric `answer`s (the text after '####')."""
+    raw = plumbing.load_split(split, dataset_path, *DATASET)
+    if missing := {"question", "answer"} - set(raw.column_names):
+        raise ValueError(f"{dataset_path or DATASET[0]} ({split}) lacks column(s) {sorted(missing)}: it has "
+                         f"{raw.column_names}; rename them to `question` and `answer` ('<solution> #### <number>').")
+    return raw.map(lambda row: {
+        "prompt": [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": row["question"]}],
+        "answer": rewards.extract_hash_answer(row["answer"]),
+    }, remove_columns=raw.column_names)
+
+
 # %% [markdown]
 # ## Rewards
 # `correctness_reward` pays 1 when the number in `<answer>` equals the gold answer; `integer_answer_reward` pays for a
-# plain number there; the three format rewards pay for the tags. Format alone is cheap to farm, so its weights are
-# small: a model cannot out-earn a correct answer with tags. `rewards.py` documents how each one could be gamed.
+# plain number there; the three format rewards below pay for the tags. Format alone is cheap to farm, so its weights
+# are small: a model cannot out-earn a correct answer with tags. Each docstring says how it could be gamed.
 
 # %%
+def strict_format_reward(completions, reasoning_tag="reasoning", answer_tag="answer", **kwargs) -> list[float]:
+    r"""1.0 when the completion is exactly the system prompt's template, else 0.0.
+
+    Template: `<reasoning>\n…\n</reasoning>\n<answer>\n…\n</answer>`, each tag once, both blocks non-empty,
+    nothing before or after (surrounding whitespace is fine: the gist's version demanded a trailing newline and its
+    regexes without DOTALL never matched multi-line reasoning). Gaming it: a well-formed but empty-minded completion
+    earns it, so it is worth little next to correctness.
+    """
+    r, a = reasoning_tag, answer_tag
+    pattern = _format_pattern(r"<{r}>\n(?P<reasoning>.+?)\n</{r}>\n<{a}>\n(?P<answer>.+?)\n</{a}>", r, a)
+
+    def score(completion) -> float:
+        text = rewards.completion_text(completion).strip()
+        match = pattern.fullmatch(text)
+        if not match or not _each_tag_once(text, r, a):
+            return 0.0
+        return 1.0 if match["reasoning"].strip() and match["answer"].strip() else 0.0
+
+    return rewards.score_each(score, completions)
+
+
+def soft_format_reward(completions, reasoning_tag="reasoning", answer_tag="answer", **kwargs) -> list[float]:
+    """1.0 when one reasoning block is followed by one answer block, with any whitespace, else 0.0.
+
+    Looser than strict_format_reward (no newline rules; text before or after is allowed) so a model gets a signal
+    before it masters the exact template. Gaming it: like strict_format_reward, it pays for form only.
+    """
+    r, a = reasoning_tag, answer_tag
+    pattern = _format_pattern(r"<{r}>.*?</{r}>\s*<{a}>.*?</{a}>", r, a)
+
+    def score(completion) -> float:
+        text = rewards.completion_text(completion)
+        return 1.0 if _each_tag_once(text, r, a) and pattern.search(text) else 0.0
+
+    return rewards.score_each(score, completions)
+
+
+def xml_tag_count_reward(completions, reasoning_tag="reasoning", answer_tag="answer", **kwargs) -> list[float]:
+    """Partial credit in [0, 1]: 0.25 for each of the four tags that appears exactly once, -0.25 for text after the
+    closing answer tag (floored at 0).
+
+    A dense signal for a model still learning the tags. Gaming it: repeating a tag earns nothing for that tag (the
+    gist's version could be farmed that way), and the trailing-text penalty is bounded, unlike the gist's, which could
+    subtract a whole completion's length.
+    """
+    tags = [f"<{reasoning_tag}>", f"</{reasoning_tag}>", f"<{answer_tag}>", f"</{answer_tag}>"]
+
+    def score(completion) -> float:
+        text = rewards.completion_text(completion)
+        credit = 0.25 * sum(text.count(tag) == 1 for tag in tags)
+        closing = f"</{answer_tag}>"
+        if closing in text and text.rsplit(closing, 1)[1].strip():
+            credit -= 0.25
+        return max(credit, 0.0)
+
+    return rewards.score_each(score, completions)
+
+
+@lru_cache(maxsize=64)
+def _format_pattern(template: str, reasoning_tag: str, answer_tag: str) -> re.Pattern:
+    return re.compile(template.format(r=re.escape(reasoning_tag), a=re.escape(answer_tag)), re.DOTALL)
+
+
+def _each_tag_once(text: str, *tag_names: str) -> bool:
+    return all(text.count(f"<{t}>") == 1 and text.count(f"</{t}>") == 1 for t in tag_names)
+
+
 # A correct, well-formatted answer scores 2 + 0.5 × 4 = 4.0; the best any wrong or malformed completion can reach is
 # 2.0 (tests/test_rewards.py probes this with adversarial completions).
 REWARD_FUNCS, REWARD_WEIGHTS = rewards.combine({
     rewards.correctness_reward: 2.0,
     rewards.integer_answer_reward: 0.5,
-    rewards.strict_format_reward: 0.5,
-    rewards.soft_format_reward: 0.5,
-    rewards.xml_tag_count_reward: 0.5,
+    strict_format_reward: 0.5,
+    soft_format_reward: 0.5,
+    xml_tag_count_reward: 0.5,
 })
 
 
 # %% [markdown]
 # ## Trainer
 # Pre-flight checks that fail in one line before any model is loaded, then TRL's `GRPOTrainer`: generation (vLLM on a
-# GPU when installed), the rubric, the GRPO loss, logging, checkpoints, and a plot of the rewards when it is done.
+# GPU when installed), the rubric, the GRPO loss, logging and checkpoints. `plumbing.run` trains it with compact logs
+# (Ctrl-C prints the command that resumes), saves the model and plots the rewards.
 
 # %%
 def main(argv: list[str] | None = None) -> GRPOTrainer:
     script_args, training_args, model_args = plumbing.parse_args(ScriptArguments, RECIPE_DEFAULTS, argv,
                                                                  reward_weights=REWARD_WEIGHTS)
     tokenizer = plumbing.prepare(training_args, model_args, REWARD_FUNCS)
-    train_dataset, eval_dataset = plumbing.load_splits(build_dataset, script_args, training_args)
-    return plumbing.train(model_args, training_args, tokenizer, train_dataset, eval_dataset, REWARD_FUNCS)
+    train_dataset, eval_dataset = plumbing.load_splits(build_dataset, training_args, script_args.dataset_path,
+                                                       script_args.num_eval_examples)
+    trainer = GRPOTrainer(
+        model=model_args.model_name_or_path,  # loaded with training_args.model_init_kwargs (dtype, ...)
+        reward_funcs=REWARD_FUNCS,
+        args=training_args,
+        train_dataset=train_dataset,
+        eval_dataset=eval_dataset,
+        processing_class=tokenizer,
+        peft_config=get_peft_config(model_args),  # LoRA with --use_peft (the default here), else None
+        quantization_config=get_quantization_config(model_args),  # --load_in_4bit / --load_in_8bit
+    )
+    return plumbing.run(trainer)
 
 
 # %% [markdown]
@@ -127,8 +215,15 @@ def main(argv: list[str] | None = None) -> GRPOTrainer:
 # NOTEBOOK_ARGS = []  # command-line flags, e.g. ["--max_steps", "50"] or ["--config", "offline/gsm8k_grpo.yaml"]
 
 # %% tags=["active-ipynb"]
-# trainer = main(plumbing.notebook_argv(NOTEBOOK_ARGS, COLAB_ARGS))
+# trainer = main(NOTEBOOK_ARGS)
 # plumbing.show_training(trainer.args.output_dir, trainer)
+
+# %% [markdown]
+# ## Try it
+# The trained model on a few held-out problems, through the same generation and rubric as training.
+
+# %% tags=["active-ipynb"]
+# plumbing.try_model(trainer, n=3)
 
 # %% tags=["active-py"]
 if __name__ == "__main__":

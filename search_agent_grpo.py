@@ -12,11 +12,18 @@ tokens out of the loss). The bm25s index is built once, then reloaded from --ind
 """
 
 # %%
+import hashlib
+import json
+import os
+import shutil
+import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 import bm25s
+from accelerate import PartialState
 from datasets import Dataset, concatenate_datasets
-from trl import GRPOTrainer
+from trl import GRPOTrainer, get_peft_config, get_quantization_config
 
 import plumbing
 import rewards
@@ -28,38 +35,62 @@ from plumbing import arg, logger
 # end. The defaults are sized for one GPU; every field is a flag, a `--config` YAML key, or an entry of `NOTEBOOK_ARGS`.
 
 # %%
-MODEL_NAME = "Qwen/Qwen2.5-1.5B-Instruct"
-HOTPOTQA = ("hotpotqa/hotpot_qa", "distractor")
-# A notebook on Colab's free T4 puts these first: 0.5B with LoRA, fewer steps, room for three tool rounds.
-COLAB_ARGS = plumbing.COLAB_T4_ARGS + ["--max_completion_length", "1024", "--max_tool_calling_iterations", "3"]
+# In a notebook on Colab's free T4 (16 GB, no bf16) the `if ON_COLAB` values apply: a 0.5B model, 100 steps, 3 rounds.
+ON_COLAB = plumbing.on_colab()
+MODEL_NAME = "Qwen/Qwen2.5-0.5B-Instruct" if ON_COLAB else "Qwen/Qwen2.5-1.5B-Instruct"
+HOTPOTQA = ("hotpotqa/hotpot_qa", "distractor")  # the Hub dataset and its config: questions and their paragraphs
 
 RECIPE_DEFAULTS = {
     "model_name_or_path": MODEL_NAME, "output_dir": "runs/search_agent_grpo",
-    "learning_rate": 1e-6, "lr_scheduler_type": "cosine", "warmup_steps": 0.05, "max_grad_norm": 0.1,
-    "gradient_checkpointing": True,  # off: --gradient_checkpointing false (or --activation_checkpointing false)
+    "learning_rate": 1e-6,  # a full fine-tune's rate (--use_peft false)
+    "lora_learning_rate": 2e-5 if ON_COLAB else 1e-5,  # LoRA needs ~10x (Schulman et al., "LoRA Without Regret")
+    "lr_scheduler_type": "cosine", "warmup_steps": 0.05, "max_grad_norm": 0.1,
+    "gradient_checkpointing": True,  # off: --gradient_checkpointing false
     "num_generations": 8,
-    "scale_rewards": "none",  # the group mean removed, no std division: as gsm8k_grpo.py, measured there (README)
-    "per_device_train_batch_size": 8,
-    "gradient_accumulation_steps": 4,  # 4 questions × 8 rollouts per optimizer step
-    "max_completion_length": 2048,  # every turn after the prompt: searches, results, reads, the answer
-    "max_tool_calling_iterations": 6,  # multi-hop: a few searches and reads
-    "num_train_epochs": 1, "logging_steps": 1, "save_steps": 100, "save_total_limit": 3,
-    "eval_strategy": "steps", "eval_steps": 100, "per_device_eval_batch_size": 16, "num_generations_eval": 4,
+    "scale_rewards": "none",  # the group mean removed, no std division: as gsm8k_grpo.py, measured there
+    "per_device_train_batch_size": 16 if ON_COLAB else 8,
+    "gradient_accumulation_steps": 1 if ON_COLAB else 4,  # 4 questions × 8 rollouts per optimizer step
+    "max_completion_length": 1024 if ON_COLAB else 2048,  # every turn after the prompt: searches, results, reads
+    "max_tool_calling_iterations": 3 if ON_COLAB else 6,  # multi-hop: a few searches and reads
+    "max_steps": 100 if ON_COLAB else -1, "num_train_epochs": 1,  # -1: one epoch
+    "logging_steps": 1, "save_steps": 50 if ON_COLAB else 100, "save_total_limit": 3,
+    "eval_strategy": "steps", "eval_steps": 50 if ON_COLAB else 100, "per_device_eval_batch_size": 16,
+    "num_generations_eval": 4,
     "vllm_gpu_memory_utilization": 0.3,
     "use_peft": True, "lora_r": 16, "lora_alpha": 32, "lora_target_modules": ["all-linear"],  # LoRA: one 24 GB GPU
 }
 
 
 @dataclass
-class ScriptArguments(plumbing.ReaderArguments):  # and the reader's flags: --reader_base_url, ...
+class ScriptArguments:
     corpus_path: str | None = arg(None, "JSONL of {'title', 'text'} passages; default: HotpotQA's paragraphs.")
     dataset_path: str | None = arg(None, "Questions (question, answer, optional supporting_titles): a JSON/JSONL/"
                                          "parquet file or a folder of split files; default: HotpotQA distractor.")
     index_dir: str = arg("runs/bm25_index", "Where the bm25s index is saved, one folder per corpus hash.")
-    num_eval_examples: int = arg(200, "Held-out questions scored with the same rewards at each evaluation.")
+    num_eval_examples: int = arg(64 if ON_COLAB else 200, "Held-out questions scored with the same rewards at each "
+                                                          "evaluation.")
     search_top_k: int = arg(3, "Passages a search returns.")
     snippet_chars: int = arg(200, "Characters of each passage a search shows.")
     passage_chars: int = arg(1500, "Characters of a passage `read` returns at most.")
+    reader_base_url: str | None = arg(None, "A sub-agent reader: `read` then takes the policy's question too and "
+                                      "returns a short summary of the passage for it, written by a frozen model at "
+                                      "this OpenAI-compatible endpoint (transformers serve, vLLM, an API; key: "
+                                      "READER_API_KEY). Default: none, `read` returns the passage itself.")
+    reader_model: str | None = arg(None, "The reader's model name at --reader_base_url.")
+    reader_timeout: float = arg(20.0, "Seconds the reader may take; past them, or on any error, `read` returns the "
+                                      "passage itself (counted in the log).")
+    reader_max_tokens: int = arg(96, "The longest summary the reader may write, in tokens.")
+
+
+# %% [markdown]
+# ## System prompt
+# The prompt tells the model to search before answering and to put a short answer inside `<answer>` tags.
+
+# %%
+SYSTEM_PROMPT = """Answer the question using the search tools: search for the people, places and things it mentions, \
+read the passages that look relevant, and search again for what they lead to. Questions often need two or more \
+searches. When you know the answer, reply with only the answer inside <answer></answer> tags, for example \
+<answer>Paris</answer>."""
 
 
 # %% [markdown]
@@ -99,28 +130,35 @@ def build_dataset(split: str = "train", dataset_path: str | None = None) -> Data
 
 
 # %% [markdown]
-# ## System prompt
-# The prompt tells the model to search before answering and to put a short answer inside `<answer>` tags.
-
-# %%
-SYSTEM_PROMPT = """Answer the question using the search tools: search for the people, places and things it mentions, \
-read the passages that look relevant, and search again for what they lead to. Questions often need two or more \
-searches. When you know the answer, reply with only the answer inside <answer></answer> tags, for example \
-<answer>Paris</answer>."""
-
-
-# %% [markdown]
 # ## Tools
 # `search` returns the top BM25 passages (title and snippet); `read` returns a whole passage by title. Both are plain
 # functions over a bm25s index that is built once and reloaded; a bad query or title returns an error string.
 
 # %%
 class SearchIndex:
-    """A bm25s index over the corpus, saved under index_dir/<corpus hash> and reloaded while the corpus is unchanged."""
+    """A bm25s index over the corpus, saved under index_dir/<corpus hash> and reloaded while the corpus is unchanged.
+    Under accelerate launch the main process builds it and the others load it."""
 
     def __init__(self, corpus: list[dict], index_dir: str, top_k=3, snippet_chars=200, passage_chars=1500):
         self.top_k, self.snippet_chars, self.passage_chars = top_k, snippet_chars, passage_chars
-        self.retriever, self.corpus, self.rebuilt = plumbing.bm25_index(corpus, index_dir)
+        digest = hashlib.sha256(json.dumps(corpus, sort_keys=True).encode()).hexdigest()[:16]
+        path = Path(index_dir) / digest
+        with PartialState().main_process_first():
+            self.rebuilt = not (path / "params.index.json").exists()
+            if self.rebuilt:
+                logger.warning(f"building the bm25s index of {len(corpus)} passages in {path}")  # every rank says so
+                self.retriever, self.corpus = bm25s.BM25(), corpus
+                self.retriever.index(bm25s.tokenize([f"{p['title']}\n{p['text']}" for p in corpus], stopwords="en"))
+                building = path.with_name(f"{digest}.building-{os.getpid()}")  # complete, then in place at once:
+                self.retriever.save(str(building), corpus=corpus)  # another run never reads half an index
+                try:
+                    building.rename(path)
+                except OSError:  # another run put the same index there first
+                    shutil.rmtree(building, ignore_errors=True)
+            else:
+                logger.warning(f"reusing the bm25s index in {path}")
+                self.retriever = bm25s.BM25.load(str(path), load_corpus=True, show_progress=False)
+                self.corpus = list(self.retriever.corpus)
         self.by_title = {str(p["title"]).casefold(): p for p in self.corpus}
 
     def search(self, query: str) -> str:
@@ -147,7 +185,7 @@ INDEX: SearchIndex | None = None  # set by load_index() before the tools run
 
 
 def load_index(corpus_path=None, index_dir="runs/bm25_index", top_k=3, snippet_chars=200, passage_chars=1500):
-    """Point the tools at the corpus (building or reloading its index); evaluate.py calls this too."""
+    """Point the tools at the corpus (building or reloading its index)."""
     global INDEX
     INDEX = SearchIndex(build_corpus(corpus_path), index_dir, top_k, snippet_chars, passage_chars)
 
@@ -182,7 +220,40 @@ READER_PROMPT = ("You read passages for a search agent. Reply with at most two s
                  "bear on the question, copying names, dates and numbers exactly, or with 'Nothing relevant.' if "
                  "none do.")
 
-READER: plumbing.Reader | None = None  # set by main() with --reader_base_url
+
+class Reader:
+    """A frozen model behind an OpenAI-compatible endpoint that summarises a passage for a question. On a timeout, an
+    error or an empty reply: the passage itself."""
+
+    def __init__(self, base_url: str, model: str, timeout: float, max_tokens: int, prompt: str = READER_PROMPT):
+        from openai import OpenAI
+
+        self.client = OpenAI(base_url=base_url, api_key=os.environ.get("READER_API_KEY", "none"), timeout=timeout,
+                             max_retries=0)  # a retry would double the wait a timeout bounds
+        self.model, self.max_tokens, self.prompt = model, max_tokens, prompt
+        self.calls = self.fallbacks = 0
+
+    def summarise(self, passage: str, question: str) -> str:
+        self.calls += 1
+        try:
+            reply = self.client.chat.completions.create(
+                model=self.model, max_tokens=self.max_tokens, temperature=0.0,
+                messages=[{"role": "system", "content": self.prompt},
+                          {"role": "user", "content": f"Question: {question}\n\nPassage:\n{passage}"}])
+            summary = (reply.choices[0].message.content or "").strip()
+        except Exception as err:  # noqa: BLE001 - whatever the endpoint does, the episode goes on with the passage
+            summary, why = "", type(err).__name__
+        else:
+            why = "an empty reply"
+        if not summary:
+            self.fallbacks += 1
+            logger.warning(f"reader: {why}; `read` returned the passage itself ({self.fallbacks} of {self.calls} "
+                           "reads so far)")
+            return passage
+        return f"{passage.split('] ', 1)[0]}] (summary) {summary}"
+
+
+READER: Reader | None = None  # set by setup_tools() with --reader_base_url
 
 
 def read_for(title: str, question: str) -> str:
@@ -200,11 +271,33 @@ read_for.__name__ = "read"  # the tool keeps its name; only what it returns (and
 READER_TOOLS = [search, read_for]
 
 
+def setup_tools(script_args: ScriptArguments) -> list:
+    """Load the index and, with --reader_base_url, start the reader once its endpoint answers (each bad option or an
+    endpoint that does not answer is one line); the tools to train with. evaluate.py calls this too."""
+    global READER
+    load_index(script_args.corpus_path, script_args.index_dir, script_args.search_top_k, script_args.snippet_chars,
+               script_args.passage_chars)
+    base_url, model = script_args.reader_base_url, script_args.reader_model
+    if base_url is None:
+        return TOOLS
+    if not model:
+        sys.exit("--reader_base_url needs --reader_model: the model name the endpoint serves.")
+    if script_args.reader_timeout <= 0 or script_args.reader_max_tokens < 1:
+        sys.exit("--reader_timeout must be > 0 seconds and --reader_max_tokens >= 1.")
+    READER = Reader(base_url, model, script_args.reader_timeout, script_args.reader_max_tokens)
+    try:
+        READER.client.models.list()
+    except Exception as err:  # noqa: BLE001 - unreachable, refused, not OpenAI-compatible: all one line
+        sys.exit(f"--reader_base_url {base_url}: no OpenAI-compatible server answers ({type(err).__name__}); start "
+                 f"one (e.g. `transformers serve {model}`) or drop --reader_base_url.")
+    return READER_TOOLS
+
+
 # %% [markdown]
 # ## Rewards
 # Exact match and token F1 against the gold answer pay only when the model searched, so answering from memory earns
 # nothing; a small format reward pays for the `<answer>` tags. Turn-level credit (each search that finds a supporting
-# passage first) is logged per turn, weight 0: paid, it did not speed learning (benchmarks/turn_credit.py, README).
+# passage first) is logged per turn, weight 0: paid, it did not speed learning (docs/experiments.md).
 
 # %%
 REWARD_FUNCS, REWARD_WEIGHTS = rewards.combine({
@@ -217,20 +310,29 @@ REWARD_FUNCS, REWARD_WEIGHTS = rewards.combine({
 
 # %% [markdown]
 # ## Trainer
-# The shared pre-flight checks (tool-call template included) and trainer, with the tools; TRL masks their output out.
+# The shared pre-flight checks (tool-call template included), then TRL's `GRPOTrainer` with the tools; TRL masks
+# their output out of the loss.
 
 # %%
 def main(argv: list[str] | None = None) -> GRPOTrainer:
     script_args, training_args, model_args = plumbing.parse_args(ScriptArguments, RECIPE_DEFAULTS, argv,
                                                                  reward_weights=REWARD_WEIGHTS)
-    global READER
-    READER = plumbing.start_reader(script_args, READER_PROMPT)  # None without --reader_base_url
-    tools = READER_TOOLS if READER else TOOLS
-    tokenizer = plumbing.prepare(training_args, model_args, REWARD_FUNCS, tools=tools)
-    load_index(script_args.corpus_path, script_args.index_dir, script_args.search_top_k, script_args.snippet_chars,
-               script_args.passage_chars)
-    train_dataset, eval_dataset = plumbing.load_splits(build_dataset, script_args, training_args)
-    return plumbing.train(model_args, training_args, tokenizer, train_dataset, eval_dataset, REWARD_FUNCS, tools=tools)
+    tokenizer = plumbing.prepare(training_args, model_args, REWARD_FUNCS, tools=TOOLS)
+    tools = setup_tools(script_args)  # search and read; read through the reader with --reader_base_url
+    train_dataset, eval_dataset = plumbing.load_splits(build_dataset, training_args, script_args.dataset_path,
+                                                       script_args.num_eval_examples)
+    trainer = GRPOTrainer(
+        model=model_args.model_name_or_path,  # loaded with training_args.model_init_kwargs (dtype, ...)
+        reward_funcs=REWARD_FUNCS,
+        args=training_args,
+        train_dataset=train_dataset,
+        eval_dataset=eval_dataset,
+        processing_class=tokenizer,
+        peft_config=get_peft_config(model_args),  # LoRA with --use_peft (the default here), else None
+        quantization_config=get_quantization_config(model_args),  # --load_in_4bit / --load_in_8bit
+        tools=tools,
+    )
+    return plumbing.run(trainer)
 
 
 # %% [markdown]
@@ -242,8 +344,15 @@ def main(argv: list[str] | None = None) -> GRPOTrainer:
 # NOTEBOOK_ARGS = []  # command-line flags, e.g. ["--max_steps", "50"] or ["--config", "offline/search_agent_grpo.yaml"]
 
 # %% tags=["active-ipynb"]
-# trainer = main(plumbing.notebook_argv(NOTEBOOK_ARGS, COLAB_ARGS))
+# trainer = main(NOTEBOOK_ARGS)
 # plumbing.show_training(trainer.args.output_dir, trainer)
+
+# %% [markdown]
+# ## Try it
+# The trained agent on a few held-out questions, searching the same index as in training, scored by the same rubric.
+
+# %% tags=["active-ipynb"]
+# plumbing.try_model(trainer, n=3)
 
 # %% tags=["active-py"]
 if __name__ == "__main__":

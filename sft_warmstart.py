@@ -17,14 +17,16 @@ SFTConfig and ModelConfig field is a flag or a YAML key; --use_peft trains LoRA,
 import json
 import re
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from datasets import Dataset, Features, Json, List, Value
 from transformers import AutoModelForCausalLM, AutoTokenizer
-from trl import SFTTrainer, get_peft_config
+from trl import SFTConfig, SFTTrainer, get_peft_config
 
+import harness
 import plumbing
+import preflight
 import rewards
 from plumbing import arg, logger
 
@@ -34,16 +36,33 @@ from plumbing import arg, logger
 # gives GRPO nothing to reinforce. A few hundred steps on good examples fix that cheaply.
 
 # %%
+# In a notebook on Colab's free T4 (16 GB, no bf16) the `if ON_COLAB` values apply: LoRA, 200 steps.
+ON_COLAB = plumbing.on_colab()
+GOLD_DATASET = ("openai/gsm8k", "main")  # --source gold: the Hub dataset whose worked solutions are imitated
+
 RECIPE_DEFAULTS = {
     "output_dir": "runs/sft_warmstart",
-    "learning_rate": 1e-5, "lr_scheduler_type": "cosine", "warmup_steps": 0.03,
+    "learning_rate": 1e-4 if ON_COLAB else 1e-5,  # LoRA on Colab needs the higher rate
+    "use_peft": ON_COLAB,
+    "lr_scheduler_type": "cosine", "warmup_steps": 0.03,
+    "max_steps": 200 if ON_COLAB else -1,
     "num_train_epochs": 1, "per_device_train_batch_size": 8, "gradient_accumulation_steps": 2,
     "assistant_only_loss": True,  # train on what the model should write, never on prompts or tool results
     "gradient_checkpointing": True, "logging_steps": 10, "save_strategy": "no", "report_to": "none",
     "model_name_or_path": "Qwen/Qwen2.5-0.5B-Instruct",
 }
-# A notebook on Colab's free T4 puts these first: LoRA (merged when saved) and a few hundred steps.
-COLAB_ARGS = ["--use_peft", "--merge_lora", "--learning_rate", "1e-4", "--max_steps", "200"]
+
+
+@dataclass
+class RecipeSFTConfig(SFTConfig):
+    """SFTConfig with the recipes' precision defaults (plumbing.default_precision) and their output directory guard."""
+
+    overwrite_output_dir: bool = field(default=False, metadata={"help": "Start over in an output_dir that already "
+                                       "holds checkpoints, deleting them. Default: refuse, and say how to resume."})
+
+    def __post_init__(self):
+        plumbing.default_precision(self)
+        super().__post_init__()
 
 
 @dataclass
@@ -55,7 +74,7 @@ class ScriptArguments:
     best_of: int = arg(1, "Keep at most this many of the best rollouts per prompt.")
     dataset_path: str | None = arg(None, "For --source gold: local data, as the recipe's --dataset_path.")
     split: str = arg("train", "For --source gold: the split whose solutions to imitate.")
-    merge_lora: bool = arg(False, "With --use_peft: merge the adapter into the model when saving.")
+    merge_lora: bool = arg(ON_COLAB, "With --use_peft: merge the adapter into the model when saving.")
 
 
 # %% [markdown]
@@ -73,12 +92,13 @@ MESSAGES = Features({"messages": List({"role": Value("string"), "content": Value
 
 def gold_conversations(recipe, split: str, dataset_path: str | None) -> list[dict]:
     """GSM8K-form solutions rewritten as the recipe's <reasoning>/<answer> completions (gsm8k_grpo's format)."""
-    if "<reasoning>" not in getattr(recipe, "SYSTEM_PROMPT", ""):
+    if "<reasoning>" not in recipe.SYSTEM_PROMPT:
         sys.exit(f"{recipe.__name__} does not use the <reasoning>/<answer> format, so there are no gold solutions in "
                  "it: use --source rollouts with an evaluate.py JSONL.")
     prompts = recipe.build_dataset(split, dataset_path)["prompt"]
     conversations = []
-    for prompt, solution in zip(prompts, plumbing.load_split(split, dataset_path)["answer"], strict=True):
+    solutions = plumbing.load_split(split, dataset_path, *GOLD_DATASET)["answer"]
+    for prompt, solution in zip(prompts, solutions, strict=True):
         reasoning = re.sub(r"<<[^>]*>>", "", solution.split("####")[0]).strip()
         answer = f"<reasoning>\n{reasoning}\n</reasoning>\n<answer>\n{rewards.extract_hash_answer(solution)}\n</answer>"
         conversations.append({"messages": prompt + [{"role": "assistant", "content": answer}], "tools": None})
@@ -124,11 +144,11 @@ def _message(message: dict) -> dict:
 # %%
 def main(argv: list[str] | None = None) -> Path:
     script_args, training_args, model_args = plumbing.parse_args(ScriptArguments, RECIPE_DEFAULTS, argv,
-                                                                 config_class=plumbing.RecipeSFTConfig)
+                                                                 config_class=RecipeSFTConfig)
     plumbing.setup_logging()
-    recipe = plumbing.load_recipe(script_args.recipe)
-    plumbing.check_output_dir(training_args)
-    plumbing.check_model_source(model_args.model_name_or_path)
+    recipe = harness.load_recipe(script_args.recipe)
+    preflight.check_output_dir(training_args)
+    preflight.check_model_source(model_args.model_name_or_path)
     if script_args.source == "gold":
         conversations = gold_conversations(recipe, script_args.split, script_args.dataset_path)
     elif script_args.source == "rollouts" and script_args.rollouts:
@@ -165,7 +185,7 @@ def main(argv: list[str] | None = None) -> Path:
 # NOTEBOOK_ARGS = []  # command-line flags, e.g. ["--max_steps", "100"] or ["--config", "offline/sft_warmstart.yaml"]
 
 # %% tags=["active-ipynb"]
-# output_dir = main(plumbing.notebook_argv(NOTEBOOK_ARGS, COLAB_ARGS))
+# output_dir = main(NOTEBOOK_ARGS)
 # plumbing.show_training(output_dir)
 
 # %% tags=["active-py"]

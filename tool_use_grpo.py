@@ -15,10 +15,13 @@ interpreter printed. The interpreter runs in `sandbox.py`, never in the training
 
 # %%
 import sys
+import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from datasets import Dataset
-from trl import GRPOTrainer
+from transformers import TrainerCallback
+from trl import GRPOTrainer, get_peft_config, get_quantization_config
 
 import plumbing
 import rewards
@@ -31,27 +34,29 @@ from sandbox import PRELOAD, SCIENTIFIC, SCIENTIFIC_WARMUP, Sandbox, SandboxUnav
 # sandbox and feeds the output back, and the model goes on until it answers or runs out of tool rounds.
 
 # %%
-MODEL_NAME = "Qwen/Qwen2.5-1.5B-Instruct"  # a tool-calling instruct model whose chat template TRL can parse
-# A notebook on Colab's free T4 puts these first: 0.5B with LoRA, fewer steps, room for two tool rounds.
-COLAB_ARGS = plumbing.COLAB_T4_ARGS + ["--max_completion_length", "512", "--max_tool_calling_iterations", "2"]
+# In a notebook on Colab's free T4 (16 GB, no bf16) the `if ON_COLAB` values apply: a 0.5B model, 100 steps, 2 rounds.
+ON_COLAB = plumbing.on_colab()
+MODEL_NAME = "Qwen/Qwen2.5-0.5B-Instruct" if ON_COLAB else "Qwen/Qwen2.5-1.5B-Instruct"  # TRL parses its tool calls
 
 RECIPE_DEFAULTS = {
     "model_name_or_path": MODEL_NAME, "output_dir": "runs/tool_use_grpo",
-    "learning_rate": 1e-6,
+    "learning_rate": 1e-6,  # a full fine-tune's rate (--use_peft false)
+    "lora_learning_rate": 2e-5 if ON_COLAB else 1e-5,  # LoRA needs ~10x (Schulman et al., "LoRA Without Regret")
     "lr_scheduler_type": "cosine",
     "warmup_steps": 0.05,
     "max_grad_norm": 0.1,
-    "gradient_checkpointing": True,  # off: --gradient_checkpointing false (or --activation_checkpointing false)
+    "gradient_checkpointing": True,  # off: --gradient_checkpointing false
     "num_generations": 8,
-    "scale_rewards": "none",  # the group mean removed, no std division: as gsm8k_grpo.py, measured there (README)
-    "per_device_train_batch_size": 8,
-    "gradient_accumulation_steps": 4,  # 4 prompts × 8 completions per optimizer step
-    "max_completion_length": 1024,  # the whole conversation after the prompt: calls, tool results, answer
-    "max_tool_calling_iterations": 4,  # at most 4 rounds of tool calls per completion
-    "num_train_epochs": 1,
+    "scale_rewards": "none",  # the group mean removed, no std division: as gsm8k_grpo.py, measured there
+    "per_device_train_batch_size": 16 if ON_COLAB else 8,
+    "gradient_accumulation_steps": 1 if ON_COLAB else 4,  # 4 prompts × 8 completions per optimizer step
+    "max_completion_length": 512 if ON_COLAB else 1024,  # the whole conversation after the prompt: calls, results
+    "max_tool_calling_iterations": 2 if ON_COLAB else 4,  # rounds of tool calls per completion, at most
+    "max_steps": 100 if ON_COLAB else -1, "num_train_epochs": 1,  # -1: one epoch
     "logging_steps": 1,
-    "save_steps": 100, "save_total_limit": 3,
-    "eval_strategy": "steps", "eval_steps": 100, "per_device_eval_batch_size": 16, "num_generations_eval": 4,
+    "save_steps": 50 if ON_COLAB else 100, "save_total_limit": 3,
+    "eval_strategy": "steps", "eval_steps": 50 if ON_COLAB else 100, "per_device_eval_batch_size": 16,
+    "num_generations_eval": 4,
     "vllm_gpu_memory_utilization": 0.3,
     "use_peft": True, "lora_r": 16, "lora_alpha": 32, "lora_target_modules": ["all-linear"],  # LoRA: one 24 GB GPU
 }
@@ -62,12 +67,23 @@ class ScriptArguments:
     dataset_name: str = arg("openai/gsm8k", "openai/gsm8k, or DigitalLearningGmbH/MATH-lighteval for harder problems.")
     dataset_path: str | None = arg(None, "Local GSM8K-form data (question, answer '… #### n'): a file or a folder "
                                          "with train.* and test.* files. Replaces --dataset_name.")
-    num_eval_examples: int = arg(200, "Held-out test problems scored with the same rewards at each evaluation.")
+    num_eval_examples: int = arg(64 if ON_COLAB else 200, "Held-out test problems scored with the same rewards at "
+                                                          "each evaluation.")
     tool_timeout: float = arg(2.0, "Seconds one tool call may run before the sandbox kills it (arithmetic takes ms).")
     tool_seconds_per_step: float = arg(60.0, "Seconds of tool time one training step may spend in all; then calls "
                                              "answer with an error at once. Logged as `tool s`.")
     unsafe_tool_sandbox: bool = arg(False, "Run the model's code even where this machine cannot isolate it (no "
                                            "namespaces nor Landlock, or no seccomp): resource limits only. Unsafe.")
+
+
+# %% [markdown]
+# ## System prompt
+# The prompt asks for the arithmetic to be done in Python and for the final number alone inside `<answer>` tags.
+
+# %%
+SYSTEM_PROMPT = """Solve the math problem. Use the python tool to do the arithmetic instead of doing it in your head: \
+write code that prints the result. When you know the answer, reply with only the final number inside \
+<answer></answer> tags, for example <answer>42</answer>."""
 
 
 # %% [markdown]
@@ -103,24 +119,56 @@ def build_dataset(split: str = "train", dataset_path: str | None = None, dataset
 
 
 # %% [markdown]
-# ## System prompt
-# The prompt asks for the arithmetic to be done in Python and for the final number alone inside `<answer>` tags.
-
-# %%
-SYSTEM_PROMPT = """Solve the math problem. Use the python tool to do the arithmetic instead of doing it in your head: \
-write code that prints the result. When you know the answer, reply with only the final number inside \
-<answer></answer> tags, for example <answer>42</answer>."""
-
-# %% [markdown]
 # ## Tools
 # A tool is a plain function with a docstring: TRL turns its signature and `Args:` into the schema the model sees.
 # The code is hostile until proven otherwise: it runs in `sandbox.py`'s confined child processes (namespaces,
 # Landlock, seccomp, resource limits); a crash, a hang, a fork bomb or an escape attempt becomes an error string.
 
 # %%
+class ToolTimeBudget(TrainerCallback):
+    """Seconds of tool time one training step may spend, summed over all its rollouts' calls (TRL runs sync tools
+    one after another, so a young policy's infinite loops would stall the step for minutes). Once spent, a tool
+    wrapped in `timing()` answers at once with an error; each logging step shows `tool s` (seconds used)."""
+
+    def __init__(self, seconds_per_step: float):
+        self.seconds_per_step, self.used = seconds_per_step, 0.0
+
+    def spent(self) -> bool:
+        return self.used >= self.seconds_per_step
+
+    @contextmanager
+    def timing(self):
+        start = time.monotonic()
+        try:
+            yield
+        finally:
+            self.used += time.monotonic() - start
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        self.used = 0.0
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if logs is not None and "loss" in logs:
+            logs["tools/seconds"] = self.used
+
+
 # numpy and sympy preloaded, with the parts they load lazily (numpy.random, sympy.solve, ...): models like them.
-SANDBOX = Sandbox(timeout=2.0, preload=PRELOAD + SCIENTIFIC, warmup=SCIENTIFIC_WARMUP)
-TOOL_BUDGET = plumbing.ToolTimeBudget(seconds_per_step=60.0)  # so that infinite loops cannot stall a step for minutes
+# The limits are ScriptArguments' defaults until setup_tools() applies the flags.
+SANDBOX = Sandbox(timeout=ScriptArguments.tool_timeout, preload=PRELOAD + SCIENTIFIC, warmup=SCIENTIFIC_WARMUP)
+TOOL_BUDGET = ToolTimeBudget(ScriptArguments.tool_seconds_per_step)  # infinite loops cannot stall a step for minutes
+
+
+def setup_tools(script_args: ScriptArguments) -> list:
+    """Apply the tool flags and start the sandbox (before training: TRL would turn a refusal into an error string on
+    every call); a machine that cannot isolate the code is one line. The tools to run with; evaluate.py calls it too."""
+    SANDBOX.limits["timeout"] = script_args.tool_timeout
+    SANDBOX.unsafe_without_isolation = script_args.unsafe_tool_sandbox
+    TOOL_BUDGET.seconds_per_step = script_args.tool_seconds_per_step
+    try:
+        logger.info(f"sandbox protections here: {SANDBOX.start()}")
+    except SandboxUnavailable as err:
+        sys.exit(f"{err} (tool_use_grpo.py: --unsafe_tool_sandbox)")
+    return TOOLS
 
 
 def python(code: str) -> str:
@@ -149,35 +197,41 @@ TOOLS = [python]
 REWARD_FUNCS, REWARD_WEIGHTS = rewards.combine({
     rewards.correctness_reward: 2.0,
     rewards.tool_use_reward: 0.5,
-    rewards.used_output_reward: 0.0,  # turn-level credit, logged per turn; see the README before paying for it
+    rewards.used_output_reward: 0.0,  # turn-level credit, logged per turn; docs/experiments.md before paying for it
 })
 
 
 # %% [markdown]
 # ## Trainer
-# The shared pre-flight checks (plus one that TRL can parse tool calls with the model's chat template) and trainer,
-# with `tools=TOOLS`: TRL parses each tool call, runs it, and masks
-# the tool's output out of the loss, so the model is trained on what it wrote, never on what the interpreter printed.
+# The shared pre-flight checks (plus one that TRL can parse tool calls with the model's chat template), then TRL's
+# `GRPOTrainer` with `tools=TOOLS`: TRL parses each tool call, runs it, and masks the tool's output out of the loss, so
+# the model is trained on what it wrote, never on what the interpreter printed. The budget callback resets each step.
 
 # %%
 def main(argv: list[str] | None = None) -> GRPOTrainer:
     script_args, training_args, model_args = plumbing.parse_args(ScriptArguments, RECIPE_DEFAULTS, argv,
                                                                  reward_weights=REWARD_WEIGHTS)
-    SANDBOX.limits["timeout"] = script_args.tool_timeout
-    TOOL_BUDGET.seconds_per_step = script_args.tool_seconds_per_step
-    SANDBOX.unsafe_without_isolation = script_args.unsafe_tool_sandbox
     tokenizer = plumbing.prepare(training_args, model_args, REWARD_FUNCS, tools=TOOLS)
-    try:  # before training: TRL would turn a refusal into an error string on every call
-        logger.info(f"sandbox protections here: {SANDBOX.start()}")
-    except SandboxUnavailable as err:
-        sys.exit(f"{err} (tool_use_grpo.py: --unsafe_tool_sandbox)")
+    tools = setup_tools(script_args)
 
     def build(split, dataset_path):
         return build_dataset(split, dataset_path, script_args.dataset_name)
 
-    train_dataset, eval_dataset = plumbing.load_splits(build, script_args, training_args)
-    return plumbing.train(model_args, training_args, tokenizer, train_dataset, eval_dataset, REWARD_FUNCS, tools=TOOLS,
-                          callbacks=[TOOL_BUDGET])
+    train_dataset, eval_dataset = plumbing.load_splits(build, training_args, script_args.dataset_path,
+                                                       script_args.num_eval_examples)
+    trainer = GRPOTrainer(
+        model=model_args.model_name_or_path,  # loaded with training_args.model_init_kwargs (dtype, ...)
+        reward_funcs=REWARD_FUNCS,
+        args=training_args,
+        train_dataset=train_dataset,
+        eval_dataset=eval_dataset,
+        processing_class=tokenizer,
+        peft_config=get_peft_config(model_args),  # LoRA with --use_peft (the default here), else None
+        quantization_config=get_quantization_config(model_args),  # --load_in_4bit / --load_in_8bit
+        tools=tools,
+        callbacks=[TOOL_BUDGET],  # resets the tool budget each step
+    )
+    return plumbing.run(trainer)
 
 
 # %% [markdown]
@@ -189,8 +243,15 @@ def main(argv: list[str] | None = None) -> GRPOTrainer:
 # NOTEBOOK_ARGS = []  # command-line flags, e.g. ["--max_steps", "50"] or ["--config", "offline/tool_use_grpo.yaml"]
 
 # %% tags=["active-ipynb"]
-# trainer = main(plumbing.notebook_argv(NOTEBOOK_ARGS, COLAB_ARGS))
+# trainer = main(NOTEBOOK_ARGS)
 # plumbing.show_training(trainer.args.output_dir, trainer)
+
+# %% [markdown]
+# ## Try it
+# The trained model on a few held-out problems, calling the sandboxed tool as in training, scored by the same rubric.
+
+# %% tags=["active-ipynb"]
+# plumbing.try_model(trainer, n=3)
 
 # %% tags=["active-py"]
 if __name__ == "__main__":

@@ -79,7 +79,7 @@ def make_math_completion(rng: random.Random) -> tuple[str, str, bool]:
         f"{a}\\pi": ([f"{a} \\pi", f"\\pi \\cdot {a}"], [f"{a}", f"{a}\\pi^2", f"{a}\\pi \\text{{ or }} {b}"]),
         f"{c}\\%": ([f"{c}", f"{c} percent"], [f"{c + 1}\\%", f"{c} thousand"]),
         f"[{a}, {a + b})": ([f"[{a},{a + b})", f"\\left[{a}, {a + b}\\right)"], [f"[{a}, {a + b}]", f"{a}"]),
-        f"x^2+{c}": ([f"{c}+x^2", f"x^{{2}} + {c}"], [f"x^2", f"x^2-{c}", f"x^2+{c}=0"]),
+        f"x^2+{c}": ([f"{c}+x^2", f"x^{{2}} + {c}"], ["x^2", f"x^2-{c}", f"x^2+{c}=0"]),
     }
     gold = rng.choice(sorted(golds))
     right, wrong = golds[gold]

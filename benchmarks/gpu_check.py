@@ -53,13 +53,13 @@ def recipe_argv(recipe: str, kit: Path) -> list[str]:
 
 
 def estimate(shape: str, variant: str, checkpointing: bool, args) -> float:
-    """plumbing.estimate_memory for one cell, in GiB: what the recipes' memory check would have predicted."""
-    import plumbing
+    """preflight.estimate_memory for one cell, in GiB: what the recipes' memory check would have predicted."""
+    import preflight
 
     sizes = estimate_config(shape)
-    parts = plumbing.estimate_memory(sizes, bf16=True, use_peft=variant != "full", load_in_4bit=variant == "qlora",
-                                     lora_r=16, batch=8, sequence=256 + args.max_completion_length,
-                                     completion=args.max_completion_length, checkpointing=checkpointing)
+    parts = preflight.estimate_memory(sizes, bf16=True, use_peft=variant != "full", load_in_4bit=variant == "qlora",
+                                      lora_r=16, batch=8, sequence=256 + args.max_completion_length,
+                                      completion=args.max_completion_length, checkpointing=checkpointing)
     return sum(parts.values()) / 2**30
 
 

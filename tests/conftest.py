@@ -13,6 +13,7 @@ from openai import OpenAI
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(1, str(ROOT / "experiments"))  # the demos, which the tests import as the experiments do
 
 # No network here: fail fast instead of waiting on the Hub. One torch thread is fastest for the tiny model.
 os.environ.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", OMP_NUM_THREADS="1", WANDB_SILENT="true")

@@ -10,7 +10,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
 
 import gsm8k_grpo
 import plumbing
@@ -126,7 +125,8 @@ def test_the_command_line_prints_one_line_not_a_traceback(kit):
 def test_offline_run_trains_evaluates_checkpoints_and_resumes(kit):
     out = kit / "runs" / "resume"
     first = run_recipe(kit, "--output_dir", str(out), "--log_completions")
-    assert "precision fp32; generation with transformers" in first.stderr
+    assert ("full fine-tune | learning_rate 5e-06 | max_completion_length 32 | max_steps 4 | precision fp32 | "
+            "generation with transformers") in first.stderr  # the run summary: what runs, in one line
     state = json.loads((out / "checkpoint-4" / "trainer_state.json").read_text())
     assert (out / "checkpoint-2" / "model.safetensors").exists() and (out / "model.safetensors").exists()
     assert (out / "training_curves.png").stat().st_size > 10_000  # the plot of rewards and lengths over steps

@@ -200,17 +200,17 @@ def test_ctrl_c_prints_the_command_that_resumes_and_that_command_resumes(kit, tm
 def test_resume_last_skips_a_checkpoint_the_run_stopped_saving(tmp_path, caplog):
     from types import SimpleNamespace
 
-    import plumbing
+    import preflight
 
     for step, files in ((3, ["model.safetensors", "trainer_state.json"]), (6, ["model.safetensors"])):
         for name in files:
             (tmp_path / f"checkpoint-{step}").mkdir(exist_ok=True)
             (tmp_path / f"checkpoint-{step}" / name).write_text("{}")
     args = SimpleNamespace(output_dir=str(tmp_path), resume_from_checkpoint="last", overwrite_output_dir=False)
-    plumbing.check_output_dir(args)
+    preflight.check_output_dir(args)
     assert args.resume_from_checkpoint == str(tmp_path / "checkpoint-3")
     assert "skipping checkpoint-6: no trainer_state.json" in caplog.text
     (tmp_path / "checkpoint-3" / "trainer_state.json").unlink()
     args.resume_from_checkpoint = "last"
     with pytest.raises(SystemExit, match="holds no complete checkpoint .checkpoint-3, checkpoint-6."):
-        plumbing.check_output_dir(args)
+        preflight.check_output_dir(args)

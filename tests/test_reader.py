@@ -8,7 +8,6 @@ import time
 
 import pytest
 
-import plumbing
 import search_agent_grpo as agent
 from conftest import free_port
 
@@ -26,7 +25,7 @@ def a_title() -> str:
 
 def test_read_returns_the_readers_short_summary_instead_of_the_passage(reader_server, index):
     base_url, model = reader_server
-    agent.READER = plumbing.Reader(base_url, model, timeout=60, max_tokens=8, prompt=agent.READER_PROMPT)
+    agent.READER = agent.Reader(base_url, model, timeout=60, max_tokens=8, prompt=agent.READER_PROMPT)
     result = agent.read_for(a_title(), "Where was this person born?")
     assert result.startswith(f"[{a_title()}] (summary) ") and result != index.read(a_title())
     from transformers import AutoTokenizer
@@ -67,7 +66,7 @@ def silent_server():
 
 def test_a_reader_that_hangs_or_is_gone_gives_the_passage_within_its_timeout(index, silent_server):
     for base_url in (silent_server, f"http://127.0.0.1:{free_port()}/v1"):  # hangs; nothing listens
-        agent.READER = plumbing.Reader(base_url, "m", timeout=1.0, max_tokens=32, prompt=agent.READER_PROMPT)
+        agent.READER = agent.Reader(base_url, "m", timeout=1.0, max_tokens=32, prompt=agent.READER_PROMPT)
         start = time.monotonic()
         assert agent.read_for(a_title(), "Where?") == index.read(a_title())
         assert time.monotonic() - start < 4

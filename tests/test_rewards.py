@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import rewards
-from gsm8k_grpo import REWARD_FUNCS, REWARD_WEIGHTS
+from gsm8k_grpo import REWARD_FUNCS, REWARD_WEIGHTS, soft_format_reward, strict_format_reward, xml_tag_count_reward
 
 QUESTION = "Mia has 18 stickers and gives away 0 of them. How many stickers does she have now?"
 GOOD = "<reasoning>\nShe has 3 packs of 5, so 3 * 5 = 15, plus 3 is 18.\n</reasoning>\n<answer>\n18\n</answer>"
@@ -234,15 +234,20 @@ def test_pasting_a_passage_that_contains_the_answer_scores_low_on_f1():
 
 # --------------------------------------------------------------------------------------------- combining rewards
 def test_combine_takes_functions_or_names_and_keeps_them_separate_for_trl():
-    funcs, weights = rewards.combine({"correctness_reward": 2, rewards.strict_format_reward: 0.5})
-    assert funcs == [rewards.correctness_reward, rewards.strict_format_reward] and weights == [2.0, 0.5]
+    funcs, weights = rewards.combine({"correctness_reward": 2, strict_format_reward: 0.5})
+    assert funcs == [rewards.correctness_reward, strict_format_reward] and weights == [2.0, 0.5]  # a recipe's own too
     with pytest.raises(ValueError, match="unknown reward 'corectness_reward'.*correctness_reward"):
         rewards.combine({"corectness_reward": 1.0})
 
 
 def test_every_reward_documents_what_it_pays_for_and_how_it_could_be_gamed():
+    import importlib
+
+    from harness import RECIPES
+
     funcs = [f for name, f in vars(rewards).items() if name.endswith("_reward") and callable(f)]
     funcs += [rewards.CosineScaledCorrectness(10), rewards.soft_overlong_penalty(10, 2), rewards.repetition_penalty()]
+    funcs += [f for recipe in RECIPES for f in importlib.import_module(recipe).REWARD_FUNCS]  # wherever defined
     for name, weight, pays_for, gaming in rewards.describe(funcs, [1.0] * len(funcs)):
         assert pays_for and gaming, f"{name} lacks a first line or a 'Gaming it:' sentence"
 
@@ -267,14 +272,14 @@ def test_the_readme_rubric_table_is_the_recipe_rubric():
     ("<reasoning>\nworking\n</reasoning>", 0.0, 0.0),
 ])
 def test_strict_and_soft_format(text, strict, soft):
-    assert rewards.strict_format_reward([chat(text)]) == [strict]
-    assert rewards.soft_format_reward([chat(text)]) == [soft]
+    assert strict_format_reward([chat(text)]) == [strict]
+    assert soft_format_reward([chat(text)]) == [soft]
 
 
 def test_format_rewards_take_other_tag_names():
     think = "<think>\nworking\n</think>\n<answer>\n18\n</answer>"
-    assert rewards.strict_format_reward([chat(think)], reasoning_tag="think") == [1.0]
-    assert rewards.strict_format_reward([chat(think)]) == [0.0]
+    assert strict_format_reward([chat(think)], reasoning_tag="think") == [1.0]
+    assert strict_format_reward([chat(think)]) == [0.0]
 
 
 @pytest.mark.parametrize("text, credit", [
@@ -286,7 +291,7 @@ def test_format_rewards_take_other_tag_names():
     ("", 0.0),
 ])
 def test_xml_tag_count_gives_bounded_partial_credit_that_repetition_cannot_farm(text, credit):
-    assert rewards.xml_tag_count_reward([chat(text)]) == [credit]
+    assert xml_tag_count_reward([chat(text)]) == [credit]
 
 
 @pytest.mark.parametrize("answer, expected", [("18", 1.0), ("-4", 1.0), ("18.5", 0.0), ("18 apples", 0.0), ("", 0.0)])
@@ -352,7 +357,7 @@ completion = (tagged_text.map(chat) | st.text(max_size=200).map(chat) | json_lik
               | st.lists(st.fixed_dictionaries({"role": st.sampled_from(["assistant", "tool", "user"]), "content": tagged_text}), max_size=4)
               | st.lists(st.dictionaries(st.sampled_from(["role", "content"]), tagged_text), max_size=3))  # missing keys
 ALL_REWARDS = [rewards.correctness_reward, rewards.boxed_correctness_reward, rewards.integer_answer_reward,
-               rewards.strict_format_reward, rewards.soft_format_reward, rewards.xml_tag_count_reward,
+               strict_format_reward, soft_format_reward, xml_tag_count_reward,
                rewards.exact_match_reward, rewards.token_f1_reward, rewards.tool_use_reward, rewards.used_output_reward]
 
 

@@ -21,7 +21,7 @@ import pytest
 
 import sandbox
 from conftest import ROOT
-from sandbox import Sandbox, SandboxUnavailable
+from sandbox import Sandbox
 from sandbox_trainer import state
 
 TIMEOUT = 2.0

@@ -1,7 +1,7 @@
 """A CPU-only demo that GRPO teaches the agent recipes to use their tools, from an imperfect teacher.
 
-    python agent_demo.py --task tool --seeds 0 1 2      # tool_use_grpo.py: 13-15 minutes a seed on 2 cores
-    python agent_demo.py --task search --seeds 0 1 2    # search_agent_grpo.py: 12 minutes a seed
+    python experiments/agent_demo.py --task tool --seeds 0 1 2      # tool_use_grpo.py: 13-15 minutes a seed on 2 cores
+    python experiments/agent_demo.py --task search --seeds 0 1 2    # search_agent_grpo.py: 12 minutes a seed
 
 The tasks can only be solved with the tool, and the teacher uses it wrongly in a way the reward can see:
 - tool: "A crate holds 347 apples. How many apples are in 86 crates?" (and subtractions of the same sizes). A tiny
@@ -40,7 +40,7 @@ from pathlib import Path
 
 from cpu_demo import run, say  # the same stages' runner: a subprocess per stage, one thread, a log each
 
-ROOT = Path(__file__).resolve().parent
+ROOT = Path(__file__).resolve().parent.parent  # the repository: the recipes these experiments run
 TEACHER_ERROR = 0.6  # how often the teacher uses the tool wrongly where it can go wrong
 SEARCH_FLAGS = ["--search_top_k", "1", "--snippet_chars", "80"]  # a search shows one whole passage
 # Tool: at temperature 1.0 a third of the tiny model's samples broke the tool-call format and seed 2 did not move in

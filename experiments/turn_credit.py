@@ -1,7 +1,7 @@
 """Does turn-level credit speed learning? GRPO from agent_demo.py's SFT starts, outcome-only and with turn credit.
 
-    python agent_demo.py --task search --seeds 0 1 2            # data, SFT starts (runs/agent_demo/search/seed*/sft)
-    python benchmarks/turn_credit.py runs/agent_demo/search --turn_credit 0.5 --plot docs/turn_credit_search.png
+    python experiments/agent_demo.py --task search --seeds 0 1 2            # data, SFT starts (runs/agent_demo/search/seed*/sft)
+    python experiments/turn_credit.py runs/agent_demo/search --turn_credit 0.5 --plot docs/turn_credit_search.png
 
 For each seed of the demo, two GRPO runs from its SFT start, each exactly the demo's GRPO run (data, seed, steps and
 settings: agent_demo.grpo_argv) but for the weight of the recipe's turn-level credit reward (search:

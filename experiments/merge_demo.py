@@ -1,6 +1,6 @@
 """A CPU-only test of merging skill specialists: GRPO on each skill from one SFT start, then merge_models.py.
 
-    python merge_demo.py --seeds 0 1 2      # 20-27 minutes a seed on 2 cores
+    python experiments/merge_demo.py --seeds 0 1 2      # 20-27 minutes a seed on 2 cores
 
 The task is agent_demo.py's tool task with a teacher that gets both kinds of problem wrong: it writes `a + b` in 60%
 of the multiplications ("How many apples are in 86 crates?") and in 60% of the subtractions ("...sold 86. How many
@@ -27,11 +27,10 @@ from pathlib import Path
 from agent_demo import TASK_DEFAULTS, grpo_argv, held_out, sft_start
 from cpu_demo import run, say
 
-ROOT = Path(__file__).resolve().parent
+ROOT = Path(__file__).resolve().parent.parent  # the repository: the recipes these experiments run
 SKILLS = ("multiply", "subtract")
 MERGES = {"linear": {"weights": [0.5, 0.5]}, "task_arithmetic": {"weights": [1.0, 1.0]},
           "ties": {"weights": [1.0, 1.0], "density": 0.5}}
-KEPT = 0.9  # a merge keeps a skill at 90% of its specialist's gain
 # An SFT start whose loss ends above this has not learned to copy the tool's result into its answer: every seed that
 # stalled there (0.26-0.35) gave GRPO nothing to sharpen; the starts that copied ended at 0.02-0.10.
 SFT_LOSS_COPIES = 0.15

@@ -1,7 +1,7 @@
 """Why does a merge lose a specialist's gain: the other specialist's update, or its own update scaled down?
 
-    python merge_demo.py --seeds 0 1 2
-    python benchmarks/merge_scaling.py runs/merge_demo --scales 0.75
+    python experiments/merge_demo.py --seeds 0 1 2
+    python experiments/merge_scaling.py runs/merge_demo --scales 0.75
 
 A linear merge of two specialists from one start is the start plus half of each one's update. For each seed of a
 merge_demo.py run this evaluates, on the held-out problems of the demo (agent_demo.held_out):

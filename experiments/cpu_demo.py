@@ -1,7 +1,7 @@
 """A CPU-only demo that GRPO learns: a tiny model, an imperfect teacher, and the recipes' own entry points.
 
-    python cpu_demo.py                  # one seed, about 8 minutes on 2 cores
-    python cpu_demo.py --seeds 0 1 2    # the README's table; figures in runs/cpu_demo/results.json and results.png
+    python experiments/cpu_demo.py                  # one seed, about 8 minutes on 2 cores
+    python experiments/cpu_demo.py --seeds 0 1 2    # the README's table; figures in runs/cpu_demo/results.json and results.png
 
 The task is one-step word problems of three kinds: "Ava has 9 shells. Ava finds 4 more. How many ...now?" (add),
 "...gives 4 to Ben. How many ...left?" (subtract) and "Ava has 9 shells. Ben has 4 shells. How many more shells does
@@ -30,7 +30,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent
+ROOT = Path(__file__).resolve().parent.parent  # the repository: the recipes these experiments run
 NAMES = ["Ava", "Ben", "Chidi", "Dana", "Elif", "Farid", "Grace", "Hiro", "Ines", "Jonas", "Kemi", "Luca"]
 ITEMS = ["marbles", "stickers", "apples", "pencils", "stamps", "shells"]
 KINDS = ["add", "subtract", "compare"]

@@ -1,7 +1,7 @@
 """Which advantage scaling and loss the recipes should default to, measured: cpu_demo.py's pipeline, one GRPO
 variant after another from the same SFT start, on several seeds.
 
-    python benchmarks/ablate_grpo.py --seeds 0 1 2          # about 45 minutes on 2 cores; runs/ablation/results.json
+    python experiments/ablate_grpo.py --seeds 0 1 2          # about 45 minutes on 2 cores; runs/ablation/results.json
 
 Each seed builds cpu_demo's data, tiny model and SFT start once; then every variant trains GRPO from that start with
 cpu_demo's settings plus the variant's flags (two at a time, one core each) and is scored by greedy held-out accuracy.
