@@ -73,6 +73,7 @@ def test_the_device_kit_builds_a_wheelhouse_that_installs_with_no_index(tmp_path
     assert proc.returncode == 0 and proc.stdout.startswith(str(target)), proc.stderr[-2000:]
 
 
+@pytest.mark.slow  # a benchmark script's run, with the others
 def test_reader_tokens_prints_tool_output_tokens_with_and_without_the_reader(reader_server, kit, tmp_path):
     base_url, model = reader_server
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "reader_tokens.py"), "--base_url", base_url,

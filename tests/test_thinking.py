@@ -34,6 +34,7 @@ def runs(ids: list[int], mask: list[int]) -> list[tuple[int, int]]:
     return spans
 
 
+@pytest.mark.slow  # needs the thinking kit (70 s to build): with the thinking checks
 def test_multi_turn_grpo_trains_on_exactly_the_tokens_the_thinking_policy_sampled(thinking_kit, tmp_path,
                                                                                    monkeypatch):
     """Every model-written span of every trained episode is one generation's output, sampled after exactly the tokens
@@ -87,6 +88,7 @@ def test_rubrics_read_the_answer_after_the_thinking():
         assert reward(completions, answer=["18"] * 3) == [1.0, 0.0, 0.0], reward.__name__
 
 
+@pytest.mark.slow  # needs the thinking kit (70 s to build): with the thinking checks
 def test_gsm8k_recipe_runs_a_thinking_model_and_its_rubric_never_sees_the_thinking(thinking_kit, tmp_path):
     """gsm8k_grpo.py has no tools: the thinking model's completions still reach the rubric with the <think> block
     parsed out (TRL's response parser, set up for every template that reads enable_thinking). The warm start that
@@ -115,6 +117,7 @@ def test_thinking_on_a_model_without_the_switch_is_one_line(kit, tmp_path):
         gsm8k_grpo.main(["--config", str(kit / "gsm8k_grpo.yaml"), "--output_dir", str(tmp_path), "--thinking"])
 
 
+@pytest.mark.slow  # needs the thinking kit (70 s to build): with the thinking checks
 def test_a_thinking_template_trl_cannot_parse_is_one_line(thinking_kit, tmp_path):
     model = shutil.copytree(thinking_kit / "tiny-qwen3", tmp_path / "odd-template")
     template = (model / "chat_template.jinja").read_text()
