@@ -26,7 +26,7 @@ import statistics
 import sys
 from concurrent.futures import ThreadPoolExecutor
 
-from openai import APIConnectionError, OpenAI
+from openai import APIConnectionError, APIStatusError, OpenAI
 from tqdm import tqdm
 from transformers import HfArgumentParser
 from transformers.utils import get_json_schema
@@ -81,23 +81,29 @@ def rollout(client, args, tool_list: list, example: dict, max_turns: int) -> dic
     tools = {f.__name__: f for f in tool_list}
     schemas = [get_json_schema(f) for f in tools.values()] or None
     messages, completion, usage = list(example["prompt"]), [], {"prompt_tokens": 0, "completion_tokens": 0}
+    sent = []  # the conversation as the API takes it back: a tool call's arguments as the JSON string it returned
     try:
         for _ in range(max_turns + 1):
-            response = client.chat.completions.create(model=args.model, messages=messages + completion, tools=schemas,
+            response = client.chat.completions.create(model=args.model, messages=messages + sent, tools=schemas,
                                                       max_tokens=args.max_tokens, temperature=args.temperature)
             usage["prompt_tokens"] += response.usage.prompt_tokens if response.usage else 0
             usage["completion_tokens"] += response.usage.completion_tokens if response.usage else 0
             message = response.choices[0].message
             calls = (message.tool_calls or []) if tools else []
             turn = {"role": "assistant", "content": message.content or ""}
-            if calls:
+            sent.append(dict(turn))
+            if calls:  # kept with parsed arguments, as TRL's chat templates and the rubric read them
                 turn["tool_calls"] = [{"id": c.id, "type": "function", "function": {
                     "name": c.function.name, "arguments": _json_or_text(c.function.arguments)}} for c in calls]
+                sent[-1]["tool_calls"] = [{"id": c.id, "type": "function", "function": {
+                    "name": c.function.name, "arguments": c.function.arguments}} for c in calls]
             completion.append(turn)
             if not calls or len([m for m in completion if m.get("tool_calls")]) > max_turns:
                 break
-            completion += [{"role": "tool", "tool_call_id": c.id, "name": c.function.name,
-                            "content": run_tool(tools, c)} for c in calls]
+            results = [{"role": "tool", "tool_call_id": c.id, "name": c.function.name,
+                        "content": run_tool(tools, c)} for c in calls]
+            completion += results
+            sent += results
         error = None
     except Exception as err:  # noqa: BLE001 - counted and reported; one failed rollout never ends the run
         error = f"{type(err).__name__}: {err}"
@@ -190,8 +196,10 @@ def main(argv=None) -> list[dict]:
     tools = recipe.setup_tools(script_args) if harness.tools_of(recipe) else []
     api_key = args.api_key or os.environ.get("OPENAI_API_KEY") or "none"  # local servers take any key
     client = OpenAI(base_url=args.base_url, api_key=api_key, timeout=args.timeout, max_retries=3)
-    try:
-        client.models.list()
+    try:  # any HTTP answer means a server is there (transformers 5.17's serve fails /v1/models without a Hub cache)
+        client.with_options(max_retries=0).models.list()
+    except APIStatusError:
+        pass
     except APIConnectionError:
         sys.exit(f"cannot reach {args.base_url}: start a server (e.g. `transformers serve {args.model}` or "
                  f"`vllm serve {args.model}`) or fix --base_url.")

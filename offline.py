@@ -130,12 +130,13 @@ def search_conversations(questions_file: str | Path, index, system_prompt: str) 
 
 def build_tiny_model(out_dir: str | Path, corpus: list[str], vocab_size: int = 2048, seed: int = 0,
                      hidden_size: int = 64, num_layers: int = 2, single_digits: bool = False,
-                     added_tokens: tuple[str, ...] = (), thinking: bool = False) -> Path:
+                     added_tokens: tuple[str, ...] = (), thinking: bool = False, num_heads: int = 4) -> Path:
     """Train a byte-level BPE tokenizer on `corpus`, build a small random Qwen2ForCausalLM, save both to out_dir.
 
     single_digits: every digit its own token (arithmetic is learnable digit by digit); added_tokens: kept whole;
     thinking: Qwen3's chat template (it reads enable_thinking and drops earlier turns' thinking when it re-renders a
-    conversation) and its <think></think> tokens, instead of Qwen2.5's.
+    conversation) and its <think></think> tokens, instead of Qwen2.5's; num_heads: attention heads (half of them
+    key/value heads), so head_dim = hidden_size / num_heads (vLLM's CPU attention needs at least 32).
     """
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
@@ -160,7 +161,8 @@ def build_tiny_model(out_dir: str | Path, corpus: list[str], vocab_size: int = 2
     torch.manual_seed(seed)
     im_end, pad = tokenizer.convert_tokens_to_ids("<|im_end|>"), tokenizer.pad_token_id
     config = Qwen2Config(vocab_size=len(tokenizer), hidden_size=hidden_size, intermediate_size=2 * hidden_size,
-                         num_hidden_layers=num_layers, num_attention_heads=4, num_key_value_heads=2,
+                         num_hidden_layers=num_layers, num_attention_heads=num_heads,
+                         num_key_value_heads=max(1, num_heads // 2),
                          max_position_embeddings=32768,
                          rope_theta=1_000_000.0, tie_word_embeddings=True, bos_token_id=None,
                          eos_token_id=im_end, pad_token_id=pad)
@@ -214,7 +216,7 @@ def warm_start(model_dir: str | Path, out_dir: str | Path, conversations: list[d
     dataset = Dataset.from_list([{**c, "tools": schemas} for c in conversations])
     args = SFTConfig(output_dir=str(Path(out_dir) / "sft-run"), max_steps=steps, per_device_train_batch_size=8,
                      learning_rate=5e-3, lr_scheduler_type="cosine", warmup_steps=10, assistant_only_loss=True,
-                     use_cpu=True, bf16=False, activation_checkpointing=False, logging_steps=50, save_strategy="no",
+                     use_cpu=True, bf16=False, gradient_checkpointing=False, logging_steps=50, save_strategy="no",
                      report_to="none", seed=seed, dataloader_num_workers=0)
     trainer = SFTTrainer(model=AutoModelForCausalLM.from_pretrained(model_dir), args=args, train_dataset=dataset,
                          processing_class=AutoTokenizer.from_pretrained(model_dir))
@@ -253,7 +255,7 @@ def teach_copying(model_dir: str | Path, out_dir: str | Path, words: list[str], 
         rows.append({"prompt": f"{listed} {filler} copy:", "completion": " " + " ".join(items)})
     args = SFTConfig(output_dir=str(Path(out_dir) / "copy-run"), max_steps=steps, per_device_train_batch_size=32,
                      learning_rate=1e-3, lr_scheduler_type="cosine", warmup_steps=0.05, completion_only_loss=True,
-                     use_cpu=True, bf16=False, activation_checkpointing=False, logging_steps=100, save_strategy="no",
+                     use_cpu=True, bf16=False, gradient_checkpointing=False, logging_steps=100, save_strategy="no",
                      report_to="none", seed=seed, dataloader_num_workers=0, disable_tqdm=True)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     trainer = SFTTrainer(model=AutoModelForCausalLM.from_pretrained(model_dir), args=args,
@@ -267,7 +269,7 @@ def teach_copying(model_dir: str | Path, out_dir: str | Path, words: list[str], 
 OFFLINE_GRPO_CONFIG = {
     # Small enough for a laptop CPU in well under a minute; every other field keeps the recipe's default.
     "use_cpu": True,
-    "activation_checkpointing": False,
+    "gradient_checkpointing": False,
     "use_peft": False,  # the tiny model trains whole; LoRA is the recipes' default for billion-parameter models
     "num_generations": 4,
     "per_device_train_batch_size": 4,
@@ -294,6 +296,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--search", action="store_true", help="also a search corpus and a model for search_agent_grpo")
     parser.add_argument("--thinking", action="store_true", help="a thinking model instead (tiny-qwen3*): Qwen3's chat "
                         "template, warm starts that think before each turn, and configs with thinking: true")
+    parser.add_argument("--vllm", action="store_true", help="models vLLM's CPU build accepts: hidden size 128, so "
+                        "their 4 attention heads have 32 dimensions (vLLM's CPU attention refuses the default's 16)")
     parser.add_argument("--sft_steps", type=int, default=150, help="SFT steps of each warm start")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
@@ -317,7 +321,8 @@ def main(argv: list[str] | None = None) -> None:
     corpus += [gsm8k_grpo.SYSTEM_PROMPT, tool_use_grpo.SYSTEM_PROMPT, search_agent_grpo.SYSTEM_PROMPT,
                qwen3_chat_template if args.thinking else qwen2_5_chat_template, json.dumps(conversations[:8]),
                "<reasoning>\nStep by step.\n</reasoning>\n<answer>\n42\n</answer>"]
-    model_dir = build_tiny_model(out / name, corpus, seed=args.seed, thinking=args.thinking)
+    model_dir = build_tiny_model(out / name, corpus, seed=args.seed, thinking=args.thinking,
+                                 hidden_size=128 if args.vllm else 64)
     written = [data_dir, search_dir, model_dir, out / "gsm8k_grpo.yaml"]
     config = {"model_name_or_path": str(model_dir), "dataset_path": str(data_dir),
               "output_dir": str(out / "runs" / "gsm8k_grpo"), **OFFLINE_GRPO_CONFIG,
@@ -325,7 +330,7 @@ def main(argv: list[str] | None = None) -> None:
     (out / "gsm8k_grpo.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
     sft_config = {"recipe": "gsm8k_grpo", "source": "gold", "dataset_path": str(data_dir),
                   "model_name_or_path": str(model_dir), "output_dir": str(out / "runs" / "sft_warmstart"),
-                  "use_cpu": True, "activation_checkpointing": False, "max_steps": 50, "learning_rate": 1e-3,
+                  "use_cpu": True, "gradient_checkpointing": False, "max_steps": 50, "learning_rate": 1e-3,
                   "env": {"OMP_NUM_THREADS": "1"}}
     (out / "sft_warmstart.yaml").write_text(yaml.safe_dump(sft_config, sort_keys=False))
     written.append(out / "sft_warmstart.yaml")

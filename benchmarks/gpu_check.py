@@ -75,7 +75,7 @@ def run(recipe: str, model: Path, kit: Path, variant: str, checkpointing: bool, 
             "--max_steps", str(args.steps), "--eval_strategy", "no", "--save_strategy", "no", "--report_to", "none",
             "--num_generations", "8", "--per_device_train_batch_size", "8", "--gradient_accumulation_steps", "1",
             "--max_completion_length", str(args.max_completion_length), "--logging_steps", "1",
-            "--activation_checkpointing", str(checkpointing).lower(), *VARIANTS[variant]]
+            "--gradient_checkpointing", str(checkpointing).lower(), *VARIANTS[variant]]
     if args.cpu:
         argv += ["--use_cpu", "true"]
     else:
@@ -111,6 +111,7 @@ def main(argv=None) -> list[str]:
             f"{args.max_completion_length} tokens per cell", "",
             "| recipe | shape | variant | activation ckpt | s/step | generated tokens/s | peak GPU GiB | estimate GiB "
             "| fits 24 GB |", "|---|---|---|---|---|---|---|---|---|"]
+    attempted = failed = 0
     for shape in args.shapes:
         model = build_model(shape, work / "kit", work / f"model-{shape}")
         for recipe in args.recipes:
@@ -121,15 +122,19 @@ def main(argv=None) -> list[str]:
                     if variant == "qlora" and args.cpu:
                         rows.append(f"{label} skipped: 4-bit needs CUDA | | | {guess:.1f} | |")
                         continue
+                    attempted += 1
                     try:
                         m = run(recipe, model, work / "kit", variant, checkpointing, args, work / "out")
                         peak = "-" if args.cpu else f"{m['peak GiB']:.1f}"
                         fits = "-" if args.cpu else "yes" if m["peak GiB"] <= 24 else "**no**"
                         rows.append(f"{label} {m['s/step']:.2f} | {m['tokens/s']:.0f} | {peak} | {guess:.1f} | {fits} |")
                     except (Exception, SystemExit) as err:  # noqa: BLE001 - one failed cell must not hide the rest
+                        failed += 1
                         rows.append(f"{label} failed: {str(err).splitlines()[0][:80]} | | | {guess:.1f} | |")
                     print(rows[-1], flush=True)
     print("\n".join(rows))
+    if attempted and failed == attempted:  # a table of failures is not a measurement: the device kit must see it
+        sys.exit(f"gpu_check: all {failed} cells failed (the first: {next(r for r in rows if 'failed:' in r)})")
     return rows
 
 

@@ -208,7 +208,7 @@ def sft_argv(model: Path, rollouts: Path, out: Path, recipe: str, steps: int, se
     return ["--recipe", recipe, "--source", "rollouts", "--rollouts", str(rollouts), "--min_reward", "0",
             "--best_of", "1", "--model_name_or_path", str(model), "--output_dir", str(out), "--max_steps", str(steps),
             "--learning_rate", str(learning_rate), "--per_device_train_batch_size", str(batch),
-            "--gradient_accumulation_steps", "1", "--warmup_steps", "0.05", "--use_cpu", "--activation_checkpointing",
+            "--gradient_accumulation_steps", "1", "--warmup_steps", "0.05", "--use_cpu", "--gradient_checkpointing",
             "false", "--logging_steps", "25", "--seed", str(seed), *(["--overwrite_output_dir"] * overwrite)]
 
 
@@ -251,7 +251,7 @@ def grpo_argv(args, out: Path, model: Path, output: Path, seed: int, useless: bo
             "--gradient_accumulation_steps", "1",
             "--eval_strategy", "no", "--save_steps", steps, "--save_only_model",
             "--logging_steps", str(min(5, args.grpo_steps)),
-            "--report_to", "none", "--use_cpu", "--use_peft", "false", "--activation_checkpointing", "false",
+            "--report_to", "none", "--use_cpu", "--use_peft", "false", "--gradient_checkpointing", "false",
             "--seed", str(seed), *(["--overwrite_output_dir"] * args.overwrite_output_dir)]
 
 
@@ -282,7 +282,7 @@ def held_out(recipe, model: Path, args, out: Path, useless: bool = False) -> dic
     argv = [*environment(args, out, useless), "--model_name_or_path", str(model), "--output_dir", tempfile.mkdtemp(),
             "--use_cpu", "--use_peft", "false", "--report_to", "none", "--per_device_train_batch_size", "8",
             "--num_generations", "8", "--per_device_eval_batch_size", "50", "--num_generations_eval", "1",
-            "--generation_kwargs", json.dumps({"do_sample": False}), "--activation_checkpointing", "false"]
+            "--generation_kwargs", json.dumps({"do_sample": False}), "--gradient_checkpointing", "false"]
     recorder = Recorder()
     script_args, training_args, _ = plumbing.parse_args(recipe.ScriptArguments, recipe.RECIPE_DEFAULTS, argv,
                                                         reward_weights=[*recipe.REWARD_WEIGHTS, 0.0])

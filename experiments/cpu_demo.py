@@ -116,7 +116,7 @@ def sft_argv(model: Path, data: Path, out: Path, steps: int, seed: int, learning
     return ["--recipe", "gsm8k_grpo", "--source", "gold", "--dataset_path", str(data), "--model_name_or_path",
             str(model), "--output_dir", str(out), "--max_steps", str(steps), "--learning_rate", str(learning_rate),
             "--per_device_train_batch_size", "64", "--gradient_accumulation_steps", "1", "--warmup_steps", "0.05",
-            "--use_cpu", "--activation_checkpointing", "false", "--logging_steps", "25", "--seed", str(seed)]
+            "--use_cpu", "--gradient_checkpointing", "false", "--logging_steps", "25", "--seed", str(seed)]
 
 
 def accuracy(model_dir: Path, data_dir: Path) -> dict:
@@ -180,7 +180,7 @@ def grpo_argv(out: Path, output_dir: Path, seed: int, args, *extra: str) -> list
             "--num_generations", "8", "--per_device_train_batch_size", "64", "--gradient_accumulation_steps", "1",
             "--max_completion_length", "32", "--eval_strategy", "no", "--save_steps", steps, "--save_only_model",
             "--logging_steps", str(min(5, args.grpo_steps)), "--report_to", "none", "--use_cpu", "--use_peft", "false",
-            "--activation_checkpointing", "false", "--seed", str(seed),
+            "--gradient_checkpointing", "false", "--seed", str(seed),
             *(["--overwrite_output_dir"] if args.overwrite_output_dir else []), *extra]
 
 

@@ -85,3 +85,14 @@ def test_reader_tokens_prints_tool_output_tokens_with_and_without_the_reader(rea
                           env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "tool-output tokens per episode: passages " in proc.stdout and "0 of 6 reads fell back" in proc.stdout
+
+
+def test_gpu_check_exits_non_zero_when_every_cell_fails(tmp_path):
+    """A table of failures is not a measurement: the device kit's one command must fail with it."""
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_check.py"), "--cpu", "--shapes", "tiny",
+                           "--recipes", "no_such_recipe", "--variants", "full", "--checkpointing", "off"],
+                          capture_output=True, text=True, timeout=300, check=False,
+                          env={**os.environ, "OMP_NUM_THREADS": "1", "TMPDIR": str(tmp_path)})
+    assert proc.returncode != 0
+    assert "failed: No module named 'no_such_recipe'" in proc.stdout
+    assert "gpu_check: all 1 cells failed" in proc.stderr

@@ -96,7 +96,7 @@ def test_evaluate_then_rejection_sampling_then_sft_then_grpo(server, kit, tmp_pa
     sft = sft_warmstart.main(["--recipe", "tool_use_grpo", "--source", "rollouts", "--rollouts",
                               str(tmp_path / "rollouts.jsonl"), "--min_reward", "0.5", "--model_name_or_path", model,
                               "--output_dir", str(tmp_path / "sft"), "--max_steps", "2", "--use_cpu",
-                              "--activation_checkpointing", "false"])
+                              "--gradient_checkpointing", "false"])
     trainer = tool_use_grpo.main(["--config", str(kit / "tool_use_grpo.yaml"), "--model_name_or_path", str(sft),
                                   "--max_steps", "1", "--eval_strategy", "no", "--output_dir", str(tmp_path / "grpo")])
     assert trainer.state.global_step == 1

@@ -48,6 +48,7 @@ def test_the_gain_kept_is_the_share_of_the_specialists_gain():
 
 
 @pytest.mark.slow
+@pytest.mark.long  # 17 minutes beside another check: run by hand, with `-m long` (docs/development.md)
 def test_a_merge_of_the_two_specialists_keeps_most_of_both_gains(tmp_path):
     """Seed 0, reduced (200 held-out problems, 40 GRPO steps per specialist, no joint run, 800 copying steps): the SFT
     start copies, each specialist gains 10 points on its skill, and the best merge keeps at least half of each gain."""

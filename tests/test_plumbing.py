@@ -17,6 +17,7 @@ from trl import ModelConfig
 
 import gsm8k_grpo
 import plumbing
+import preflight
 import sft_warmstart
 
 
@@ -128,10 +129,11 @@ def test_plot_training_draws_every_reward_component_the_total_and_the_length(tmp
 
 
 # ----------------------------------------------------------------------------------------------- options that combine
-def test_both_checkpointing_flags_are_honoured():
-    assert parse_args([])[1].activation_checkpointing is True
-    assert parse_args(["--gradient_checkpointing", "false"])[1].activation_checkpointing is False
-    assert parse_args(["--activation_checkpointing", "false"])[1].activation_checkpointing is False
+def test_checkpointing_is_on_by_default_and_off_with_the_flag_every_transformers_release_has():
+    assert preflight.checkpointing_on(parse_args([])[1]) is True
+    assert preflight.checkpointing_on(parse_args(["--gradient_checkpointing", "false"])[1]) is False
+    if hasattr(parse_args([])[1], "activation_checkpointing"):  # transformers 5.23+: the new name works too
+        assert preflight.checkpointing_on(parse_args(["--activation_checkpointing", "false"])[1]) is False
 
 
 def test_lora_takes_the_recipes_visible_lora_learning_rate_unless_a_learning_rate_is_given(tmp_path):
@@ -177,7 +179,9 @@ def test_lora_under_zero3_gets_reentrant_checkpointing_where_transformers_reads_
 
     _, args, model_args = parse_args([])
     plumbing.reentrant_checkpointing_for_peft_zero3(args, model_args.use_peft)
-    assert not (args.activation_checkpointing_kwargs or {}).get("use_reentrant")  # no ZeRO-3: untouched
+    read = "activation_checkpointing_kwargs" if hasattr(args, "activation_checkpointing") else \
+        "gradient_checkpointing_kwargs"  # the name the installed transformers' Trainer reads
+    assert not (getattr(args, read) or {}).get("use_reentrant")  # no ZeRO-3: untouched
     args.deepspeed_plugin = DeepSpeedPlugin(zero_stage=3)
     plumbing.reentrant_checkpointing_for_peft_zero3(args, model_args.use_peft)
-    assert args.activation_checkpointing_kwargs["use_reentrant"] is True  # transformers' Trainer reads this one
+    assert getattr(args, read)["use_reentrant"] is True

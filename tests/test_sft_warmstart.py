@@ -9,7 +9,7 @@ import gsm8k_grpo
 import sft_warmstart
 import tool_use_grpo
 
-FAST = ["--use_cpu", "--activation_checkpointing", "false", "--learning_rate", "1e-3", "--logging_steps", "1"]
+FAST = ["--use_cpu", "--gradient_checkpointing", "false", "--learning_rate", "1e-3", "--logging_steps", "1"]
 
 
 def test_gold_solutions_are_rewritten_in_the_recipe_format_and_earn_full_marks(kit):
