@@ -130,13 +130,13 @@ def search_conversations(questions_file: str | Path, index, system_prompt: str) 
 
 def build_tiny_model(out_dir: str | Path, corpus: list[str], vocab_size: int = 2048, seed: int = 0,
                      hidden_size: int = 64, num_layers: int = 2, single_digits: bool = False,
-                     added_tokens: tuple[str, ...] = (), thinking: bool = False, num_heads: int = 4) -> Path:
+                     added_tokens: tuple[str, ...] = (), thinking: bool = False) -> Path:
     """Train a byte-level BPE tokenizer on `corpus`, build a small random Qwen2ForCausalLM, save both to out_dir.
 
     single_digits: every digit its own token (arithmetic is learnable digit by digit); added_tokens: kept whole;
     thinking: Qwen3's chat template (it reads enable_thinking and drops earlier turns' thinking when it re-renders a
-    conversation) and its <think></think> tokens, instead of Qwen2.5's; num_heads: attention heads (half of them
-    key/value heads), so head_dim = hidden_size / num_heads (vLLM's CPU attention needs at least 32).
+    conversation) and its <think></think> tokens, instead of Qwen2.5's. 4 attention heads (2 for keys and values), so
+    head_dim = hidden_size / 4: vLLM's CPU attention needs 32 or more (`offline.py --vllm`: hidden size 128).
     """
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
@@ -161,8 +161,7 @@ def build_tiny_model(out_dir: str | Path, corpus: list[str], vocab_size: int = 2
     torch.manual_seed(seed)
     im_end, pad = tokenizer.convert_tokens_to_ids("<|im_end|>"), tokenizer.pad_token_id
     config = Qwen2Config(vocab_size=len(tokenizer), hidden_size=hidden_size, intermediate_size=2 * hidden_size,
-                         num_hidden_layers=num_layers, num_attention_heads=num_heads,
-                         num_key_value_heads=max(1, num_heads // 2),
+                         num_hidden_layers=num_layers, num_attention_heads=4, num_key_value_heads=2,
                          max_position_embeddings=32768,
                          rope_theta=1_000_000.0, tie_word_embeddings=True, bos_token_id=None,
                          eos_token_id=im_end, pad_token_id=pad)

@@ -285,15 +285,12 @@ def setup_tools(script_args: ScriptArguments) -> list:
     if script_args.reader_timeout <= 0 or script_args.reader_max_tokens < 1:
         sys.exit("--reader_timeout must be > 0 seconds and --reader_max_tokens >= 1.")
     READER = Reader(base_url, model, script_args.reader_timeout, script_args.reader_max_tokens)
-    from openai import APIStatusError
-
-    try:
+    try:  # an HTTP error is still an answer: transformers 5.17's serve fails /v1/models when there is no Hub cache
         READER.client.with_options(max_retries=0).models.list()
-    except APIStatusError:
-        pass  # an HTTP answer: a server is there (transformers 5.17's serve fails /v1/models without a Hub cache)
     except Exception as err:  # noqa: BLE001 - unreachable, refused, not OpenAI-compatible: all one line
-        sys.exit(f"--reader_base_url {base_url}: no OpenAI-compatible server answers ({type(err).__name__}); start "
-                 f"one (e.g. `transformers serve {model}`) or drop --reader_base_url.")
+        if getattr(err, "status_code", None) is None:  # openai's APIStatusError carries one; no answer does not
+            sys.exit(f"--reader_base_url {base_url}: no OpenAI-compatible server answers ({type(err).__name__}); "
+                     f"start one (e.g. `transformers serve {model}`) or drop --reader_base_url.")
     return READER_TOOLS
 
 
