@@ -148,13 +148,23 @@ def parse_args(script_arguments, defaults: dict, argv: list[str] | None = None, 
 
 def apply_dependent_defaults(training_args, model_args, given: set[str]) -> None:
     """Defaults that depend on other options, applied only where the user did not choose: the recipe's LoRA learning
-    rate with --use_peft, bf16 weights where the GPU computes in bf16, and no vLLM beside a 4-bit model."""
+    rate with --use_peft, a half-precision frozen base under LoRA, and no vLLM beside a 4-bit model.
+
+    Weights that train stay float32 (the model's master copy) and compute under bf16/fp16 autocast, as TRL's own
+    default does: torch's AdamW keeps its state in the weights' dtype, and bf16 weights drop every update smaller than
+    1/256 of the weight (at a full fine-tune's 5e-6, 9 of 10 weights would never move). Weights that never train, a
+    LoRA base, load in the half precision the GPU computes in: half the memory, nothing lost."""
     lora_rate = getattr(training_args, "lora_learning_rate", None)
     training_args.learning_rate_from = "learning_rate"  # which option set the rate: prepare() logs it
     if model_args.use_peft and lora_rate is not None and "learning_rate" not in given:
         training_args.learning_rate, training_args.learning_rate_from = lora_rate, "lora_learning_rate"
-    if training_args.bf16 and "dtype" not in given and model_args.dtype in (None, "float32"):
-        model_args.dtype = "bfloat16"  # half the weights' memory; bf16 training computes in bf16 anyway
+    half = "bfloat16" if training_args.bf16 else "float16" if training_args.fp16 else None
+    if half and model_args.use_peft and "dtype" not in given and model_args.dtype in (None, "float32"):
+        model_args.dtype = half  # the frozen base; PEFT keeps the adapter's own weights in float32
+    elif not model_args.use_peft and model_args.dtype in ("bfloat16", "float16"):
+        logger.warning(f"--dtype {model_args.dtype} on a full fine-tune: the trained weights and AdamW's state are "
+                       f"{model_args.dtype}, and updates smaller than the weights' rounding are lost; drop --dtype to "
+                       "train float32 weights under mixed precision")
     if model_args.load_in_4bit and getattr(training_args, "use_vllm", False):
         if not training_args.use_vllm_chosen:
             sys.exit("--use_vllm with --load_in_4bit: TRL would merge the LoRA adapter into the 4-bit base for vLLM "
@@ -286,6 +296,8 @@ def prepare(training_args: GRPOConfig, model_args: ModelConfig, reward_funcs: li
                                        "attn_implementation": model_args.attn_implementation,
                                        **(training_args.model_init_kwargs or {})}
     reentrant_checkpointing_for_peft_zero3(training_args, model_args.use_peft)
+    if model_args.use_peft and getattr(training_args, "use_vllm", False):
+        sync_lora_out_of_place()  # the frozen base stays as loaded (lora_weights_for_vllm says why)
     return tokenizer
 
 
@@ -316,6 +328,64 @@ def reentrant_checkpointing_for_peft_zero3(training_args, use_peft: bool) -> Non
         kwargs = {**(getattr(training_args, names[0]) or {}), "use_reentrant": True}
         for name in names:
             setattr(training_args, name, kwargs)
+
+
+def lora_weights_for_vllm(model, fix_name=lambda name: name):
+    """(name, tensor) pairs for vLLM's load_weights: every base weight, with each LoRA layer's adapter added out of
+    place, one layer at a time (PEFT's safe merge, applied to a new tensor). The frozen base is only read.
+
+    TRL's own sync merges the adapter into the base and unmerges it, in place, at every step; in bf16 each add and
+    subtract rounds, and the base drifts (a quarter of its weights changed after 100 syncs, half after 1,000), so the
+    policy trained and sampled is base + drift + adapter while the saved adapter has no drift. Costs one layer's
+    weight in memory at a time, and no unmerge."""
+    from peft.tuners.lora import LoraLayer
+
+    layers = {id(module.get_base_layer().weight): module for module in model.modules() if isinstance(module,
+                                                                                                        LoraLayer)}
+    biases = {id(module.get_base_layer().bias): module for module in layers.values()
+              if getattr(module.get_base_layer(), "bias", None) is not None}
+    for name, param in model.named_parameters():
+        name = name.removeprefix("base_model.model.").replace(".base_layer", "")  # the base model's own names
+        if model.prefix in name or "original_module" in name:  # adapter weights, and modules_to_save's originals
+            continue
+        name = fix_name(name.replace("modules_to_save.default.", ""))
+        tensor = param.data
+        if id(param) in layers:
+            tensor = merged_lora_weight(layers[id(param)])
+        elif id(param) in biases:
+            layer = biases[id(param)]
+            for adapter in (a for a in layer.active_adapters if a in layer.lora_A and layer.lora_bias[a]):
+                tensor = tensor + layer.lora_B[adapter].bias * layer.scaling[adapter]
+        yield name, tensor
+
+
+def merged_lora_weight(layer) -> torch.Tensor:
+    """A LoRA layer's base weight plus its active adapters, as a new tensor in the base's dtype."""
+    weight = layer.get_base_layer().weight.data
+    for adapter in (a for a in layer.active_adapters if a in layer.lora_A):
+        if adapter in layer.lora_variant:  # DoRA and the other variants merge their own way, on a copy
+            weight = layer.lora_variant[adapter].merge_safe(layer, adapter, weight.clone())
+        else:
+            weight = (weight + layer.get_delta_weight(adapter)).to(weight.dtype)  # one rounding, as PEFT's merge
+    return weight
+
+
+def sync_lora_out_of_place() -> None:
+    """Make TRL's vLLM weight sync read LoRA models through lora_weights_for_vllm (FSDP keeps TRL's own path)."""
+    from accelerate.utils import is_peft_model
+    from trl.generation.vllm_generation import VLLMGeneration
+
+    trl_iter_named_params = getattr(VLLMGeneration._iter_named_params, "trl_original", VLLMGeneration._iter_named_params)
+
+    def iter_named_params(self):
+        if not is_peft_model(self.model) or self._dist.is_fsdp:
+            yield from trl_iter_named_params(self)
+            return
+        with self._dist.gather_params(list(self.model.parameters())):  # ZeRO-3: the whole model, as TRL does
+            yield from lora_weights_for_vllm(self.model, self._fix_param_name_to_vllm)
+
+    iter_named_params.trl_original = trl_iter_named_params
+    VLLMGeneration._iter_named_params = iter_named_params
 
 
 def run(trainer: GRPOTrainer) -> GRPOTrainer:
