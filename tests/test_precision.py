@@ -39,7 +39,7 @@ def fraction_moved(kit, tmp_path, *flags: str) -> float:
     from trl import GRPOTrainer
 
     model = str(kit / "tiny-qwen2")
-    script_args, args, model_args = parse_args(
+    _, args, model_args = parse_args(
         "--model_name_or_path", model, "--output_dir", str(tmp_path / "out"), "--use_cpu", "true", "--bf16", "true",
         "--use_peft", "false", "--lr_scheduler_type", "constant", "--warmup_steps", "0", "--max_steps", "1",
         "--num_generations", "4", "--per_device_train_batch_size", "4", "--gradient_accumulation_steps", "1",
