@@ -67,6 +67,8 @@ class RecipeGRPOConfig(GRPOConfig):
     lora_learning_rate: float | None = field(default=None, metadata={"help": "The learning rate with --use_peft, "
                                              "unless --learning_rate is given (each recipe sets it beside its "
                                              "learning_rate). None: --learning_rate for LoRA too."})
+    skip_memory_check: bool = field(default=False, metadata={"help": "Start even when the GPU memory estimate says "
+                                    "the run will not fit (preflight.check_memory)."})
     thinking: bool | None = field(default=None, metadata={"nargs": "?", "const": True, "help": "For thinking models "
                                   "(Qwen3-style templates, which read enable_thinking): true thinks inside "
                                   "<think></think> before every answer, false answers at once. Default: the "
@@ -279,6 +281,8 @@ def prepare(training_args: GRPOConfig, model_args: ModelConfig, reward_funcs: li
         logger.warning(f"process {rank} of {world} ready")
     if "OMP_NUM_THREADS" in os.environ:  # torch read it at import, before a YAML `env:` block could set it
         torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+    preflight.check_launch(Path(sys.argv[0]).name if sys.argv[0].endswith(".py") else "<recipe>.py")
+    preflight.check_tools_across_processes(training_args, tools)
     preflight.check_model_options(training_args, model_args, reward_funcs)
     preflight.check_output_dir(training_args)
     preflight.check_model_source(model_args.model_name_or_path)
@@ -290,7 +294,8 @@ def prepare(training_args: GRPOConfig, model_args: ModelConfig, reward_funcs: li
     if tools:
         preflight.check_tool_template(tokenizer, model_args.model_name_or_path)
     preflight.check_thinking_template(tokenizer, model_args.model_name_or_path, getattr(training_args, "thinking",
-                                                                                        None))
+                                                                                        None),
+                                      getattr(training_args, "max_completion_length", None))
     preflight.setup_wandb(training_args)
     training_args.model_init_kwargs = {"dtype": model_args.dtype, "revision": model_args.model_revision,
                                        "attn_implementation": model_args.attn_implementation,

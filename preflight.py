@@ -12,6 +12,7 @@ import json
 import logging
 import math
 import os
+import shlex
 import shutil
 import sys
 import tempfile
@@ -43,6 +44,46 @@ def check_batch_divisibility(args: GRPOConfig) -> None:
     if args.eval_strategy != "no" and (eval_batch * world) % n_eval:
         sys.exit(f"per_device_eval_batch_size × processes = {eval_batch} × {world} is not a multiple of "
                  f"num_generations_eval={n_eval}: pass --per_device_eval_batch_size {n_eval}.")
+
+def check_launch(script: str, gpus: int | None = None) -> None:
+    """A plain `python` run sees several GPUs: transformers would split one model across them (device_map="auto", a
+    pipeline that runs one GPU at a time) while vLLM and the memory check use the first. Name the launch that uses
+    them all, or the one-GPU run."""
+    gpus = torch.cuda.device_count() if gpus is None else gpus
+    if gpus > 1 and "WORLD_SIZE" not in os.environ:
+        command = " ".join([script, *map(shlex.quote, sys.argv[1:])])
+        sys.exit(f"{gpus} GPUs are visible to one process: train on all of them with `accelerate launch --config_file "
+                 f"accelerate/multi_gpu.yaml --num_processes {gpus} {command}`, or on one with "
+                 f"`CUDA_VISIBLE_DEVICES=0 python {command}`")
+
+
+def multi_process_collectives(training_args) -> list[str]:
+    """What makes each generation call a collective across processes (every process must take part in it)."""
+    plugin = getattr(training_args, "deepspeed_plugin", None)
+    stage = plugin.zero_stage if plugin is not None else int(os.environ.get("ACCELERATE_DEEPSPEED_ZERO_STAGE", "0"))
+    reasons = []
+    if stage == 3:
+        reasons.append("DeepSpeed ZeRO-3 (each forward gathers the sharded weights)")
+    if training_args.fsdp or os.environ.get("ACCELERATE_USE_FSDP", "false").lower() == "true":
+        reasons.append("FSDP (each forward gathers the sharded weights)")
+    if getattr(training_args, "use_vllm", False) and training_args.vllm_mode == "server":
+        reasons.append("vLLM server mode (the processes' prompts are gathered for every request)")
+    if getattr(training_args, "use_vllm", False) and training_args.vllm_tensor_parallel_size > 1:
+        reasons.append(f"vLLM tensor parallel {training_args.vllm_tensor_parallel_size} (each request spans the "
+                       "group)")
+    return reasons
+
+
+def check_tools_across_processes(training_args, tools: list | None) -> None:
+    """TRL's tool loop runs as many turns on each process as its own rollouts need. Where every turn's generation is
+    a collective, a process that finishes its turns early waits in the next one forever: refuse before loading."""
+    processes = int(os.environ.get("WORLD_SIZE", "1"))
+    reasons = multi_process_collectives(training_args)
+    if tools and processes > 1 and reasons:
+        sys.exit(f"tools across {processes} processes with {'; '.join(reasons)} can hang: TRL's tool loop runs a "
+                 "different number of turns on each process, and each turn's generation waits for all of them. "
+                 "Use DDP (accelerate/multi_gpu.yaml) with vLLM colocate at tensor parallel 1, or one process.")
+
 
 def setup_wandb(training_args: GRPOConfig) -> None:
     """Never block on wandb's interactive login: without credentials, log offline (sync later with `wandb sync`)."""
@@ -83,7 +124,11 @@ def _sizes(config_json: str) -> tuple[int, int, int]:
         model = AutoModelForCausalLM.from_config(config)
     linears = [module for name, module in model.named_modules()
                if isinstance(module, torch.nn.Linear) and not name.endswith("lm_head")]
-    return (sum(p.numel() for p in model.parameters()), sum(m.weight.numel() for m in linears),
+
+    def numel(tensor) -> int:  # under ZeRO-3 a parameter is a 0-element shard that knows its full size
+        return getattr(tensor, "ds_numel", None) or tensor.numel()
+
+    return (sum(numel(p) for p in model.parameters()), sum(numel(m.weight) for m in linears),
             sum(m.in_features + m.out_features for m in linears))
 
 
@@ -93,29 +138,59 @@ def count_parameters(model_config) -> tuple[int, int, int]:
     return _sizes(model_config.to_json_string())
 
 
-def estimate_memory(model_config, *, bf16: bool, use_peft: bool, load_in_4bit: bool, lora_r: int, batch: int,
-                    sequence: int, completion: int, checkpointing: bool, vllm_bytes: float = 0.0) -> dict[str, float]:
-    """Peak GPU memory of one training process, in bytes, by part.
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+CPU_PARAMETERS = 0.6e9  # more than Qwen2.5-0.5B: on a CPU only with --use_cpu
 
-    Weights: 2 bytes a parameter in bf16, 4 in fp32; 4-bit (QLoRA) linear layers 0.5 byte plus a 4-byte scale per
-    64 weights, the rest in bf16. Trainable: every parameter, or LoRA's (kept in fp32 by PEFT). Gradients: one value
-    per trainable parameter; AdamW: two (exp_avg, exp_avg_sq), in the trainable parameters' dtype. Activations: the
-    completion tokens' logits (in bf16, plus an fp32 copy for the log-softmax) and the hidden states (with
-    checkpointing: one per layer and one layer's working set; without: about 16 hidden-sized and 3
-    intermediate-sized tensors per layer). Plus what vLLM reserves beside it, and 1 GiB of CUDA context. An estimate
-    to decide before loading, not an allocator: tests check it against hand arithmetic.
+
+LM_HEAD_TILE = (4096, 32768)  # TRL 1.16's fused log-prob head: tokens × vocabulary entries per projection tile
+CPU_TILE_COPIES = 8  # float32 tiles its torch fallback (no Triton: CPU) keeps live in the backward, measured
+
+
+def estimate_memory(model_config, *, weight_dtype: str, half: bool, use_peft: bool, load_in_4bit: bool, lora_r: int,
+                    batch: int, generation_batch: int, prompt: int, completion: int, checkpointing: bool,
+                    use_vllm: bool, reference_model: bool = False, sharded: tuple[str, ...] = (), processes: int = 1,
+                    vllm_bytes: float = 0.0, device: str = "cuda") -> dict[str, float]:
+    """Peak GPU memory of one training process, in bytes, by part: what TRL 1.16's GRPO step allocates.
+
+    weights: the model in `weight_dtype` (float32 master weights for a full fine-tune; a frozen LoRA base in bf16/fp16;
+    4-bit linear layers at 0.5 byte plus a 4-byte scale per 64), LoRA's adapter in float32, and the reference model
+    when beta > 0 on a full fine-tune. gradients and optimizer: one and two (AdamW) values per trainable parameter,
+    and on a full fine-tune the float32 output-head gradient TRL's fused head accumulates before adding it to .grad.
+    activations, the larger of two phases. Training a micro-batch of `batch` sequences: with checkpointing, the
+    residual stream kept at each layer plus one layer recomputed (about 16 hidden-sized and 3 intermediate-sized values
+    a token); without, that working set at every layer; and TRL's fused log-prob head, which never materialises the
+    (batch, completion, vocab) logits but works in tiles (LM_HEAD_TILE) over the scored tokens (the completions on a
+    GPU; every position in the torch fallback on a CPU) with a float32 gradient for the hidden states. Generation
+    without vLLM: the KV cache of the whole generation batch and one step's logits. `sharded` lists the parts ZeRO or
+    FSDP divide by `processes`. Plus what vLLM reserves beside it (colocate) and 1 GiB of CUDA context.
+    benchmarks/bench_memory.py measures the torch-allocated parts against torch's profiler (tests/test_preflight.py).
     """
     params, linear, lora_per_rank = count_parameters(model_config)
-    dtype_bytes = 2 if bf16 else 4
-    weights = linear * (0.5 + 4 / 64) + (params - linear) * 2 if load_in_4bit else params * dtype_bytes
-    trainable, train_bytes = (lora_r * lora_per_rank, 4) if use_peft else (params, dtype_bytes)
-    hidden, layers = model_config.hidden_size, model_config.num_hidden_layers
-    tokens = batch * sequence
-    logits = batch * completion * model_config.vocab_size * (2 + 4)
-    per_layer = tokens * (hidden * 16 + model_config.intermediate_size * 3) * 2
-    hidden_states = tokens * hidden * 2 * layers + per_layer if checkpointing else per_layer * layers
-    return {"weights": weights, "gradients": trainable * train_bytes, "optimizer": 2 * trainable * train_bytes,
-            "activations": logits + hidden_states, "vllm": vllm_bytes, "cuda context": 1 * GiB}
+    weight_bytes = DTYPE_BYTES.get(weight_dtype, 4)
+    compute_bytes = 2 if half else weight_bytes
+    lora = lora_r * lora_per_rank if use_peft else 0
+    base = linear * (0.5 + 4 / 64) + (params - linear) * 2 if load_in_4bit else params * weight_bytes
+    trainable, train_bytes = (lora, 4) if use_peft else (params, weight_bytes)
+    hidden, layers, vocab = model_config.hidden_size, model_config.num_hidden_layers, model_config.vocab_size
+    heads = model_config.num_attention_heads
+    head_dim = getattr(model_config, "head_dim", None) or hidden // heads
+    kv_width = (getattr(model_config, "num_key_value_heads", None) or heads) * head_dim
+    act_bytes = 4 if weight_bytes == 4 and not use_peft else compute_bytes  # float32 weights keep a float32 stream
+    tokens = batch * (prompt + completion)
+    working_set = tokens * (hidden * 16 + model_config.intermediate_size * 3) * act_bytes
+    backbone = tokens * hidden * act_bytes * layers + working_set if checkpointing else working_set * layers
+    scored = batch * completion if device == "cuda" else tokens
+    tile = min(scored, LM_HEAD_TILE[0]) * min(vocab, LM_HEAD_TILE[1])
+    head = tile * (compute_bytes + (4 * CPU_TILE_COPIES if device != "cuda" else 0)) + scored * hidden * 4
+    generation = 0 if use_vllm else generation_batch * ((prompt + completion) * layers * 2 * kv_width * weight_bytes
+                                                        + vocab * 4)
+    head_gradient = 0 if use_peft else vocab * hidden * 4  # the fused head's float32 buffer beside the weight's .grad
+    parts = {"weights": base * (2 if reference_model else 1) + lora * 4,
+             "gradients": trainable * train_bytes + head_gradient,
+             "optimizer": 2 * trainable * train_bytes, "activations": max(backbone + head, generation)}
+    for part in sharded:
+        parts[part] /= processes
+    return {**parts, "vllm": vllm_bytes, "cuda context": 1 * GiB}
 
 
 def checkpointing_on(training_args) -> bool:
@@ -125,41 +200,75 @@ def checkpointing_on(training_args) -> bool:
     return bool(getattr(training_args, "activation_checkpointing", training_args.gradient_checkpointing))
 
 
+def sharding(training_args) -> tuple[tuple[str, ...], int]:
+    """(the parts ZeRO or FSDP divide, across how many processes) for this launch."""
+    processes = int(os.environ.get("WORLD_SIZE", "1"))
+    plugin = getattr(training_args, "deepspeed_plugin", None)
+    stage = plugin.zero_stage if plugin is not None else 0
+    if training_args.fsdp or os.environ.get("ACCELERATE_USE_FSDP", "false").lower() == "true":
+        stage = 3  # FSDP's default, FULL_SHARD
+    return (("optimizer",), ("optimizer", "gradients"), ("optimizer", "gradients", "weights"))[stage - 1] \
+        if stage else (), processes
+
+
+def memory_options(training_args, model_args, prompt_tokens: int = 256, total: int = 0) -> dict:
+    """The keyword arguments of estimate_memory for this run."""
+    colocated = getattr(training_args, "use_vllm", False) and training_args.vllm_mode == "colocate"
+    batch = training_args.per_device_train_batch_size
+    steps = training_args.steps_per_generation or training_args.gradient_accumulation_steps
+    sharded, processes = sharding(training_args)
+    return dict(weight_dtype=str(model_args.dtype or "float32"), half=bool(training_args.bf16 or training_args.fp16),
+                use_peft=model_args.use_peft, load_in_4bit=model_args.load_in_4bit, lora_r=model_args.lora_r,
+                batch=batch, generation_batch=training_args.generation_batch_size or batch * steps,
+                prompt=prompt_tokens, completion=getattr(training_args, "max_completion_length", 512),
+                checkpointing=checkpointing_on(training_args), use_vllm=bool(getattr(training_args, "use_vllm", False)),
+                reference_model=getattr(training_args, "beta", 0.0) != 0 and not model_args.use_peft,
+                sharded=sharded, processes=processes,
+                vllm_bytes=training_args.vllm_gpu_memory_utilization * total if colocated else 0.0)
+
+
 def check_memory(training_args, model_args, prompt_tokens: int = 256, gpu: tuple[int, int] | None = None) -> None:
     """On a GPU, before the model loads: exit in one line, with options that fit, when the estimate exceeds its free
-    memory. `gpu` is (free, total) bytes; by default this machine's first GPU, and nothing to check without one."""
-    if gpu is None and (not torch.cuda.is_available() or training_args.use_cpu):
+    memory. `gpu` is (free, total) bytes; by default this machine's first GPU, and nothing to check without one.
+    --skip_memory_check skips it (an estimate, not an allocator)."""
+    if getattr(training_args, "skip_memory_check", False):
         return
     from transformers import AutoConfig
 
+    if gpu is None and not torch.cuda.is_available() and not training_args.use_cpu:
+        config = AutoConfig.from_pretrained(model_args.model_name_or_path, revision=model_args.model_revision)
+        params = count_parameters(config)[0]
+        if params > CPU_PARAMETERS:  # a CPU-only torch build, or a machine without a working driver
+            sys.exit(f"no CUDA GPU here (torch {torch.__version__} sees none): training {params / 1e9:.1f}B "
+                     "parameters on the CPU takes days; use a GPU (a CPU-only torch needs the CUDA build), or pass "
+                     "--use_cpu true to train on the CPU anyway")
+    if gpu is None and (not torch.cuda.is_available() or training_args.use_cpu):
+        return
+
     free, total = gpu or torch.cuda.mem_get_info()
     model_config = AutoConfig.from_pretrained(model_args.model_name_or_path, revision=model_args.model_revision)
-    colocated = getattr(training_args, "use_vllm", False) and training_args.vllm_mode == "colocate"
-    vllm = training_args.vllm_gpu_memory_utilization * total if colocated else 0.0
-    completion = getattr(training_args, "max_completion_length", 512)
+    options = memory_options(training_args, model_args, prompt_tokens, total)
 
     def peak(**changes) -> float:
-        options = dict(bf16=bool(training_args.bf16), use_peft=model_args.use_peft,
-                       load_in_4bit=model_args.load_in_4bit, lora_r=model_args.lora_r,
-                       batch=training_args.per_device_train_batch_size, sequence=prompt_tokens + completion,
-                       completion=completion,
-                       checkpointing=checkpointing_on(training_args), vllm_bytes=vllm)
         return sum(estimate_memory(model_config, **{**options, **changes}).values())
 
     needed = peak()
     logger.info(f"GPU memory: about {needed / GiB:.1f} GiB needed, {free / GiB:.1f} of {total / GiB:.1f} GiB free")
     if needed <= free:
         return
-    candidates = {"--use_peft": dict(use_peft=True), "--use_peft --load_in_4bit": dict(use_peft=True,
-                  load_in_4bit=True), "--per_device_train_batch_size "
-                  f"{max(1, training_args.per_device_train_batch_size // 2)}":
-                  dict(batch=max(1, training_args.per_device_train_batch_size // 2)),
+    half = "bfloat16" if training_args.bf16 else "float16"
+    smaller = max(1, training_args.per_device_train_batch_size // 2)
+    candidates = {"--use_peft": dict(use_peft=True, weight_dtype=half, reference_model=False),
+                  "--use_peft --load_in_4bit": dict(use_peft=True, load_in_4bit=True, use_vllm=False, vllm_bytes=0.0,
+                                                    reference_model=False),
+                  f"--per_device_train_batch_size {smaller}": dict(batch=smaller),
                   "--gradient_checkpointing true": dict(checkpointing=True),
-                  "--vllm_gpu_memory_utilization 0.15": dict(vllm_bytes=0.15 * total if colocated else 0.0)}
+                  "--vllm_gpu_memory_utilization 0.15": dict(vllm_bytes=0.15 * total if options["vllm_bytes"] else 0)}
     fits = [f"{flags} (~{peak(**change) / GiB:.1f} GiB)" for flags, change in candidates.items()
             if peak(**change) <= free and peak(**change) < needed]
     sys.exit(f"this run needs about {needed / GiB:.1f} GiB of GPU memory and {free / GiB:.1f} GiB are free: "
-             + (f"try {'; or '.join(fits)}" if fits else "use a smaller model, or a GPU with more memory"))
+             + (f"try {'; or '.join(fits)}" if fits else "use a smaller model, or a GPU with more memory")
+             + " (--skip_memory_check runs it anyway)")
 
 
 def check_tool_template(tokenizer, model_name: str) -> None:
@@ -175,7 +284,11 @@ def check_tool_template(tokenizer, model_name: str) -> None:
                          "gpt-oss, LFM2, Gemma 4 or DeepSeek-R1-Distill.")
 
 
-def check_thinking_template(tokenizer, model_name: str, thinking: bool | None) -> None:
+THINKING_TOKENS = 2048  # completions shorter than this are mostly cut inside <think> on GSM8K-level problems
+
+
+def check_thinking_template(tokenizer, model_name: str, thinking: bool | None,
+                            max_completion_length: int | None = None) -> None:
     """A template that reads enable_thinking gets TRL's response parser, which moves each turn's <think> block out of
     the message content (into reasoning_content): every rubric then judges only what follows the thinking, in every
     recipe, as it would for a model that does not think."""
@@ -189,6 +302,10 @@ def check_thinking_template(tokenizer, model_name: str, thinking: bool | None) -
     except ValueError:
         sys.exit(f"{model_name}: its chat template thinks (enable_thinking) but TRL cannot parse the thinking out of "
                  "its completions; use a Qwen3 or Qwen3.5 model, or a template TRL knows.")
+    if thinking is not False and max_completion_length is not None and max_completion_length < THINKING_TOKENS:
+        logger.warning(f"{model_name} thinks before it answers, in at most max_completion_length "
+                       f"{max_completion_length} tokens: a completion cut inside <think> has no answer and scores 0 "
+                       f"(no gradient). Pass --max_completion_length {THINKING_TOKENS} or more, or --thinking false.")
 
 def check_output_dir(training_args) -> None:
     """Never lose work: refuse to start over on checkpoints unless asked, resolve `--resume_from_checkpoint last`,
@@ -219,9 +336,13 @@ def check_output_dir(training_args) -> None:
             sys.exit(f"{output} already holds {', '.join(p.name for p in checkpoints)}: continue with "
                      "--resume_from_checkpoint last, or start over with --overwrite_output_dir (deletes them), or "
                      "pass another --output_dir")
-        for checkpoint in checkpoints:  # asked for: --overwrite_output_dir
-            shutil.rmtree(checkpoint)
-        logger.warning(f"--overwrite_output_dir: deleted {len(checkpoints)} checkpoint(s) in {output}")
+        # One process deletes (every process of the node where each node saves its own): two racing over the same
+        # files crash the one that loses.
+        rank = os.environ.get("LOCAL_RANK" if training_args.save_on_each_node else "RANK", "0")
+        if rank == "0":
+            for checkpoint in checkpoints:  # asked for: --overwrite_output_dir
+                shutil.rmtree(checkpoint)
+            logger.warning(f"--overwrite_output_dir: deleted {len(checkpoints)} checkpoint(s) in {output}")
     try:
         output.mkdir(parents=True, exist_ok=True)
         tempfile.TemporaryFile(dir=output).close()

@@ -55,7 +55,8 @@ RECIPE_DEFAULTS = {
     "max_steps": 100 if ON_COLAB else -1, "num_train_epochs": 1,  # -1: one epoch
     "logging_steps": 1,
     "save_steps": 50 if ON_COLAB else 100, "save_total_limit": 3,
-    "eval_strategy": "steps", "eval_steps": 50 if ON_COLAB else 100, "per_device_eval_batch_size": 16,
+    "eval_strategy": "steps", "eval_steps": 50 if ON_COLAB else 100,
+    "per_device_eval_batch_size": 16 if ON_COLAB else 64,  # 200 problems × 4 generations: 13 calls, not 50
     "num_generations_eval": 4,
     "vllm_gpu_memory_utilization": 0.3,
     "use_peft": True, "lora_r": 16, "lora_alpha": 32, "lora_target_modules": ["all-linear"],  # LoRA: one 24 GB GPU
@@ -126,12 +127,14 @@ def build_dataset(split: str = "train", dataset_path: str | None = None, dataset
 
 # %%
 class ToolTimeBudget(TrainerCallback):
-    """Seconds of tool time one training step may spend, summed over all its rollouts' calls (TRL runs sync tools
-    one after another, so a young policy's infinite loops would stall the step for minutes). Once spent, a tool
-    wrapped in `timing()` answers at once with an error; each logging step shows `tool s` (seconds used)."""
+    """Seconds of tool time one training step, or one evaluation batch, may spend, summed over all its rollouts' calls
+    (TRL runs sync tools one after another, so a young policy's infinite loops would stall the step for minutes). Once
+    spent, a tool wrapped in `timing()` answers at once with an error; logs show `tools/seconds` (the step's) and
+    `eval_tools/seconds` (the evaluation's, all batches)."""
 
     def __init__(self, seconds_per_step: float):
         self.seconds_per_step, self.used = seconds_per_step, 0.0
+        self.step_seconds = self.evaluation_seconds = 0.0
 
     def spent(self) -> bool:
         return self.used >= self.seconds_per_step
@@ -147,9 +150,17 @@ class ToolTimeBudget(TrainerCallback):
     def on_step_begin(self, args, state, control, **kwargs):
         self.used = 0.0
 
+    def on_step_end(self, args, state, control, **kwargs):  # an evaluation may follow: it starts with a full budget
+        self.step_seconds, self.used, self.evaluation_seconds = self.used, 0.0, 0.0
+
+    def on_prediction_step(self, args, state, control, **kwargs):  # each evaluation batch gets its own budget
+        self.evaluation_seconds, self.used = self.evaluation_seconds + self.used, 0.0
+
     def on_log(self, args, state, control, logs=None, **kwargs):
         if logs is not None and "loss" in logs:
-            logs["tools/seconds"] = self.used
+            logs["tools/seconds"] = self.step_seconds
+        elif logs is not None and any(key.startswith("eval_") for key in logs):
+            logs["eval_tools/seconds"] = self.evaluation_seconds + self.used
 
 
 # numpy and sympy preloaded, with the parts they load lazily (numpy.random, sympy.solve, ...): models like them.

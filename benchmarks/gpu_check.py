@@ -1,16 +1,20 @@
 """What each recipe costs on a GPU: seconds/step, generated tokens/second and peak memory, with no network.
 
-    python benchmarks/gpu_check.py                   # on a CUDA machine: 0.5B and 1.5B shapes, bf16 (about 6 minutes)
+    python benchmarks/gpu_check.py                   # on a CUDA machine: 0.5B and 1.5B shapes, bf16
     python benchmarks/gpu_check.py --cpu --shapes tiny --steps 1     # the plumbing, on any CPU (what CI runs)
 
 Models are randomly initialised with the real shapes of Qwen2.5-0.5B and Qwen2.5-1.5B (configs below, nothing is
 downloaded) and use the offline kit's tiny tokenizer and toy data, so the figures measure the machine and the recipe,
 not the model's skill: a random model writes until max_completion_length and never calls a tool, so the tool recipes'
-figures are for generation and training without tool turns. Each recipe runs through its own main(): full fine-tune,
-LoRA and 4-bit QLoRA, with and without activation checkpointing. Prints a markdown table for the README.
+figures are for generation and training without tool turns. Each recipe runs through its own main(): LoRA with vLLM
+colocated (the default on a GPU; skipped without vLLM), full fine-tune (float32 master weights),
+LoRA with transformers generation and 4-bit QLoRA, with and without activation checkpointing. Each cell starts on a
+clean slate (a garbage collection first). Prints a markdown table for the README.
 """
 
 import argparse
+import gc
+import importlib.util
 import sys
 import tempfile
 import time
@@ -31,7 +35,9 @@ SHAPES = {  # Qwen2.5 architectures, from their published configs
     "tiny": {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
              "num_key_value_heads": 2, "vocab_size": 2048, "tie_word_embeddings": True},
 }
-VARIANTS = {"full": ["--use_peft", "false"], "lora": ["--use_peft"], "qlora": ["--use_peft", "--load_in_4bit"]}
+VARIANTS = {"lora+vllm": ["--use_peft", "--use_vllm", "--vllm_mode", "colocate"],  # the recipes' default on a GPU
+            "full": ["--use_peft", "false"], "lora": ["--use_peft", "--use_vllm", "false"],
+            "qlora": ["--use_peft", "--load_in_4bit"]}
 
 
 def build_model(shape: str, kit: Path, out: Path) -> Path:
@@ -56,10 +62,12 @@ def estimate(shape: str, variant: str, checkpointing: bool, args) -> float:
     """preflight.estimate_memory for one cell, in GiB: what the recipes' memory check would have predicted."""
     import preflight
 
-    sizes = estimate_config(shape)
-    parts = preflight.estimate_memory(sizes, bf16=True, use_peft=variant != "full", load_in_4bit=variant == "qlora",
-                                      lora_r=16, batch=8, sequence=256 + args.max_completion_length,
-                                      completion=args.max_completion_length, checkpointing=checkpointing)
+    total = torch.cuda.mem_get_info()[1] if torch.cuda.is_available() else 24 * 2**30
+    parts = preflight.estimate_memory(
+        estimate_config(shape), weight_dtype="float32" if variant == "full" else "bfloat16", half=True,
+        use_peft=variant != "full", load_in_4bit=variant == "qlora", lora_r=16, batch=8, generation_batch=8,
+        prompt=256, completion=args.max_completion_length, checkpointing=checkpointing,
+        use_vllm=variant == "lora+vllm", vllm_bytes=0.3 * total if variant == "lora+vllm" else 0.0)
     return sum(parts.values()) / 2**30
 
 
@@ -78,7 +86,8 @@ def run(recipe: str, model: Path, kit: Path, variant: str, checkpointing: bool, 
             "--gradient_checkpointing", str(checkpointing).lower(), *VARIANTS[variant]]
     if args.cpu:
         argv += ["--use_cpu", "true"]
-    else:
+    else:  # a clean slate: the previous cell's model can survive in a reference cycle until a collection
+        gc.collect()
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
     start = time.perf_counter()
@@ -121,6 +130,10 @@ def main(argv=None) -> list[str]:
                     guess = estimate(shape, variant, checkpointing, args)
                     if variant == "qlora" and args.cpu:
                         rows.append(f"{label} skipped: 4-bit needs CUDA | | | {guess:.1f} | |")
+                        continue
+                    if variant == "lora+vllm" and (args.cpu or importlib.util.find_spec("vllm") is None):
+                        rows.append(f"{label} skipped: {'CPU' if args.cpu else 'vLLM is not installed'} | | | "
+                                    f"{guess:.1f} | |")
                         continue
                     attempted += 1
                     try:

@@ -166,13 +166,18 @@ def test_two_cpu_processes_under_accelerate_launch_train_together(kit, tmp_path)
     """DDP on CPU (gloo): `accelerate launch --multi_gpu` starts the processes; `use_cpu` (in the offline config)
     keeps them on the CPU. The batch check counts both processes: 2 per process × 2 = 4 = num_generations."""
     out = tmp_path / "ddp"
+    for old in ("checkpoint-1", "checkpoint-7"):  # an earlier run's, started over with --overwrite_output_dir
+        for i in range(200):  # files enough that two processes deleting them would collide
+            (out / old / f"shard-{i}").parent.mkdir(parents=True, exist_ok=True)
+            (out / old / f"shard-{i}").write_text("x")
     cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
            "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", str(ROOT / "gsm8k_grpo.py"),
            "--config", str(kit / "gsm8k_grpo.yaml"), "--output_dir", str(out), "--max_steps", "2", "--save_steps", "2",
-           "--per_device_train_batch_size", "2", "--eval_strategy", "no"]
+           "--per_device_train_batch_size", "2", "--eval_strategy", "no", "--overwrite_output_dir"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=kit, check=False)
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert "process 0 of 2 ready" in proc.stderr and "process 1 of 2 ready" in proc.stderr
+    assert proc.stderr.count("deleted 2 checkpoint(s)") == 1  # by the main process only
     assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-2"]
     state = json.loads((out / "checkpoint-2" / "trainer_state.json").read_text())
     assert state["global_step"] == 2
@@ -187,6 +192,7 @@ def test_the_accelerate_configs_load_with_the_engine_they_name():
     assert {name: str(c.distributed_type).split(".")[-1] for name, c in engines.items()} == {
         "multi_gpu": "MULTI_GPU", "zero2": "DEEPSPEED", "zero3": "DEEPSPEED", "fsdp": "FSDP"}
     assert engines["zero2"].deepspeed_config["zero_stage"] == 2 and engines["zero3"].deepspeed_config["zero_stage"] == 3
+    assert all(c.num_processes == -1 for c in engines.values())  # none fixes the count: the command line gives it
 
 
 def test_every_recipe_reward_and_tool_pickles_for_trls_async_grpo_worker():

@@ -152,3 +152,21 @@ def test_every_recipe_runs_a_thinking_model_offline_end_to_end(tmp_path):
         if recipe != "gsm8k_grpo":
             calls = [log["tools/call_frequency"] for log in state["log_history"] if "tools/call_frequency" in log]
             assert len(calls) == 2 and all(calls), (recipe, calls)
+
+
+@pytest.mark.slow  # needs the thinking kit (70 s to build): with the thinking checks
+def test_a_thinking_model_given_completions_too_short_to_think_gets_the_flag_that_fixes_it(thinking_kit, caplog):
+    import logging
+
+    from transformers import AutoTokenizer
+
+    import preflight
+
+    tokenizer = AutoTokenizer.from_pretrained(thinking_kit / "tiny-qwen3")
+    with caplog.at_level(logging.WARNING, logger="grpo-recipes"):
+        preflight.check_thinking_template(tokenizer, "tiny-qwen3", None, 512)  # the template thinks by default
+        assert "cut inside <think>" in caplog.text and "--max_completion_length 2048 or more" in caplog.text
+        caplog.clear()
+        preflight.check_thinking_template(tokenizer, "tiny-qwen3", False, 512)  # answers at once
+        preflight.check_thinking_template(tokenizer, "tiny-qwen3", True, 4096)
+        assert "cut inside <think>" not in caplog.text

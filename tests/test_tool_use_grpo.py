@@ -135,9 +135,19 @@ def test_a_step_stops_running_code_once_its_tool_time_is_spent():
         start = time.monotonic()
         assert tool_use_grpo.python("6 * 7").startswith("Error: this training step's time for running code is used up")
         assert time.monotonic() - start < 0.05
+        budget.on_step_end(None, None, None)  # the Trainer's order: step end, then the step's log, then evaluation
         logs = {"loss": 0.1}
         budget.on_log(None, None, None, logs=logs)
         assert logs["tools/seconds"] >= 2.0
+        # An evaluation after a step that spent its budget still runs its tools, each batch with its own budget.
+        assert tool_use_grpo.python("6 * 7") == "42"
+        assert tool_use_grpo.python("while True:\n    pass").startswith("Error: timed out")
+        assert tool_use_grpo.python("6 * 7").startswith("Error: this training step's time")
+        budget.on_prediction_step(None, None, None)
+        assert tool_use_grpo.python("6 * 7") == "42"
+        logs = {"eval_reward": 0.0}
+        budget.on_log(None, None, None, logs=logs)
+        assert logs["eval_tools/seconds"] >= 2.0
         budget.on_step_begin(None, None, None)  # the next step starts with the whole budget
         assert tool_use_grpo.python("6 * 7") == "42"
     finally:
