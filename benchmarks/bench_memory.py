@@ -1,15 +1,17 @@
 """The memory one GRPO training step allocates, measured, beside the recipes' pre-flight estimate of it.
 
-    python benchmarks/bench_memory.py                 # the four configurations of the README's table, CPU, ~4 min
+    python benchmarks/bench_memory.py                 # the four configurations in docs/recipes.md, CPU, ~6.5 min
     python benchmarks/bench_memory.py --configs 0.5B:lora:24 --completion 64
 
 Each configuration runs in a fresh process: a randomly initialised model with a Qwen2.5 shape (benchmarks/gpu_check.py's,
 optionally fewer layers so a full fine-tune's 16 bytes a parameter fit this machine), the offline kit's tokenizer and
-toy problems, and one step of gsm8k_grpo.py's own main() under bf16 autocast, as on a bf16 GPU. torch's profiler records
+toy problems, and two steps (the second with AdamW's state allocated) of gsm8k_grpo.py's own main() under bf16
+autocast, as on a bf16 GPU. torch's profiler records
 every allocation during `trainer.train()`; the peak is what was live when the step started (the model) plus the
 highest running sum of allocations and frees. It counts tensors, as `torch.cuda.max_memory_allocated` does on a GPU:
 no CUDA context, no allocator slack, no vLLM. The estimate is `preflight.estimate_memory` for the same configuration,
 without those three terms. Prints a markdown table; exits non-zero when any estimate is off by more than 25%.
+BENCH_MEMORY_DEBUG=1 prints the operations running at each configuration's peak (to stderr of its process).
 """
 
 import argparse
@@ -32,11 +34,11 @@ TOLERANCE = 0.25
 
 def measure(shape: str, variant: str, layers: int, args, work: Path) -> dict:
     """One configuration, in this process: the measured peak and the estimate, in bytes, by part."""
+    import gpu_check
     import torch
     from torch.profiler import ProfilerActivity, profile
     from transformers import AutoConfig, AutoTokenizer
 
-    import gpu_check
     import gsm8k_grpo
     import offline
     import plumbing
@@ -124,7 +126,7 @@ def main(argv=None) -> list[dict]:
     for config in args.configs:
         proc = subprocess.run([sys.executable, __file__, "--one", config, "--batch", str(args.batch),
                                "--steps_per_generation", str(args.steps_per_generation), "--completion",
-                               str(args.completion)], capture_output=True, text=True)
+                               str(args.completion)], capture_output=True, text=True, check=False)
         line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
         if line is None:
             sys.exit(f"{config}: the measurement failed:\n{proc.stderr[-3000:]}")
@@ -132,7 +134,7 @@ def main(argv=None) -> list[dict]:
         r = results[-1]
         print(f"{config}: measured {r['measured'] / 2**30:.2f} GiB, estimate {r['estimate'] / 2**30:.2f} GiB "
               f"({r['seconds']:.0f} s)", flush=True)
-    print(f"\nOne GRPO step, {args.batch} completions × {args.completion} tokens, {args.steps_per_generation} "
+    print(f"\nTwo GRPO steps, {args.batch} completions × {args.completion} tokens, {args.steps_per_generation} "
           "micro-batches per generation, bf16 autocast, activation checkpointing, CPU, "
           f"{time.strftime('%Y-%m-%d')}:\n")
     names = list(results[0]["parts"])
