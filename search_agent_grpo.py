@@ -23,6 +23,7 @@ from pathlib import Path
 import bm25s
 from accelerate import PartialState
 from datasets import Dataset, concatenate_datasets
+from openai import OpenAI
 from trl import GRPOTrainer, get_peft_config, get_quantization_config
 
 import plumbing
@@ -45,8 +46,7 @@ RECIPE_DEFAULTS = {
     "learning_rate": 1e-6,  # a full fine-tune's rate (--use_peft false)
     "lora_learning_rate": 2e-5 if ON_COLAB else 1e-5,  # LoRA needs ~10x (Schulman et al., "LoRA Without Regret")
     "lr_scheduler_type": "cosine", "warmup_steps": 0.05, "max_grad_norm": 0.1,
-    "gradient_checkpointing": True,  # off: --gradient_checkpointing false
-    "num_generations": 8,
+    "gradient_checkpointing": True, "num_generations": 8,
     "scale_rewards": "none",  # the group mean removed, no std division: as gsm8k_grpo.py, measured there
     "per_device_train_batch_size": 16 if ON_COLAB else 8,
     "gradient_accumulation_steps": 1 if ON_COLAB else 4,  # 4 questions × 8 rollouts per optimizer step
@@ -55,9 +55,8 @@ RECIPE_DEFAULTS = {
     "max_steps": 100 if ON_COLAB else -1, "num_train_epochs": 1,  # -1: one epoch
     "logging_steps": 1, "save_steps": 50 if ON_COLAB else 100, "save_total_limit": 3,
     "eval_strategy": "steps", "eval_steps": 50 if ON_COLAB else 100,
-    "per_device_eval_batch_size": 16 if ON_COLAB else 64,  # 200 problems × 4 generations: 13 calls, not 50
-    "num_generations_eval": 4,
-    "vllm_gpu_memory_utilization": 0.3,
+    "per_device_eval_batch_size": 16 if ON_COLAB else 64,  # 200 questions × 4 generations: 13 calls, not 50
+    "num_generations_eval": 4, "vllm_gpu_memory_utilization": 0.3,
     "use_peft": True, "lora_r": 16, "lora_alpha": 32, "lora_target_modules": ["all-linear"],  # LoRA: one 24 GB GPU
 }
 
@@ -68,15 +67,13 @@ class ScriptArguments:
     dataset_path: str | None = arg(None, "Questions (question, answer, optional supporting_titles): a JSON/JSONL/"
                                          "parquet file or a folder of split files; default: HotpotQA distractor.")
     index_dir: str = arg("runs/bm25_index", "Where the bm25s index is saved, one folder per corpus hash.")
-    num_eval_examples: int = arg(64 if ON_COLAB else 200, "Held-out questions scored with the same rewards at each "
-                                                          "evaluation.")
+    num_eval_examples: int = arg(64 if ON_COLAB else 200, "Held-out questions scored by the rubric at each evaluation.")
     search_top_k: int = arg(3, "Passages a search returns.")
     snippet_chars: int = arg(200, "Characters of each passage a search shows.")
     passage_chars: int = arg(1500, "Characters of a passage `read` returns at most.")
-    reader_base_url: str | None = arg(None, "A sub-agent reader: `read` then takes the policy's question too and "
-                                      "returns a short summary of the passage for it, written by a frozen model at "
-                                      "this OpenAI-compatible endpoint (transformers serve, vLLM, an API; key: "
-                                      "READER_API_KEY). Default: none, `read` returns the passage itself.")
+    reader_base_url: str | None = arg(None, "A sub-agent reader: `read` also takes the policy's question and returns "
+                                      "a frozen model's short summary of the passage for it, from this OpenAI-"
+                                      "compatible endpoint (key: READER_API_KEY). Default: the passage itself.")
     reader_model: str | None = arg(None, "The reader's model name at --reader_base_url.")
     reader_timeout: float = arg(20.0, "Seconds the reader may take; past them, or on any error, `read` returns the "
                                       "passage itself (counted in the log).")
@@ -96,12 +93,10 @@ searches. When you know the answer, reply with only the answer inside <answer></
 
 # %% [markdown]
 # ## Data
-# The corpus is HotpotQA's own paragraphs (no Wikipedia dump), de-duplicated by title; the questions are its
-# multi-hop questions with their answers and the titles of the passages that support them.
+# HotpotQA's own paragraphs (no Wikipedia dump) as the corpus; its multi-hop questions, answers and supporting titles.
 
 # %%
-def hotpotqa_split(split: str) -> Dataset:
-    """HotpotQA's test split has no answers: its validation split is the held-out one."""
+def hotpotqa_split(split: str) -> Dataset:  # its test split has no answers: validation is the held-out one
     return plumbing.load_split("validation" if split == "test" else split, None, *HOTPOTQA)
 
 
@@ -132,8 +127,8 @@ def build_dataset(split: str = "train", dataset_path: str | None = None) -> Data
 
 # %% [markdown]
 # ## Tools
-# `search` returns the top BM25 passages (title and snippet); `read` returns a whole passage by title. Both are plain
-# functions over a bm25s index that is built once and reloaded; a bad query or title returns an error string.
+# `search` returns the top BM25 passages (title and snippet), `read` a whole passage by title: plain functions over a
+# bm25s index built once and reloaded; a bad query or title returns an error string.
 
 # %%
 class SearchIndex:
@@ -186,8 +181,7 @@ INDEX: SearchIndex | None = None  # set by load_index() before the tools run
 
 
 def load_index(corpus_path=None, index_dir="runs/bm25_index", top_k=3, snippet_chars=200, passage_chars=1500):
-    """Point the tools at the corpus (building or reloading its index)."""
-    global INDEX
+    global INDEX  # the tools' corpus, its index built or reloaded
     INDEX = SearchIndex(build_corpus(corpus_path), index_dir, top_k, snippet_chars, passage_chars)
 
 
@@ -227,15 +221,13 @@ class Reader:
     error or an empty reply: the passage itself."""
 
     def __init__(self, base_url: str, model: str, timeout: float, max_tokens: int, prompt: str = READER_PROMPT):
-        from openai import OpenAI
-
         self.client = OpenAI(base_url=base_url, api_key=os.environ.get("READER_API_KEY", "none"), timeout=timeout,
                              max_retries=0)  # a retry would double the wait a timeout bounds
         self.model, self.max_tokens, self.prompt = model, max_tokens, prompt
         self.calls = self.fallbacks = 0
 
     def summarise(self, passage: str, question: str) -> str:
-        self.calls += 1
+        self.calls, why = self.calls + 1, "an empty reply"
         try:
             reply = self.client.chat.completions.create(
                 model=self.model, max_tokens=self.max_tokens, temperature=0.0,
@@ -244,8 +236,6 @@ class Reader:
             summary = (reply.choices[0].message.content or "").strip()
         except Exception as err:  # noqa: BLE001 - whatever the endpoint does, the episode goes on with the passage
             summary, why = "", type(err).__name__
-        else:
-            why = "an empty reply"
         if not summary:
             self.fallbacks += 1
             logger.warning(f"reader: {why}; `read` returned the passage itself ({self.fallbacks} of {self.calls} "
@@ -297,9 +287,8 @@ def setup_tools(script_args: ScriptArguments) -> list:
 
 # %% [markdown]
 # ## Rewards
-# Exact match and token F1 against the gold answer pay only when the model searched, so answering from memory earns
-# nothing; a small format reward pays for the `<answer>` tags. Turn-level credit (each search that finds a supporting
-# passage first) is logged per turn, weight 0: paid, it did not speed learning (docs/experiments.md).
+# Exact match and F1 pay only when the model searched (memory earns nothing); a format reward pays for `<answer>` tags.
+# Turn credit (a search finding a supporting passage first) is logged, weight 0: it did not help (docs/experiments.md).
 
 # %%
 REWARD_FUNCS, REWARD_WEIGHTS = rewards.combine({
@@ -312,8 +301,7 @@ REWARD_FUNCS, REWARD_WEIGHTS = rewards.combine({
 
 # %% [markdown]
 # ## Trainer
-# The shared pre-flight checks (tool-call template included), then TRL's `GRPOTrainer` with the tools; TRL masks
-# their output out of the loss.
+# The shared pre-flight checks (tool-call template included), then TRL's `GRPOTrainer` with the tools.
 
 # %%
 def main(argv: list[str] | None = None) -> GRPOTrainer:

@@ -3,7 +3,7 @@
     python benchmarks/bench_memory.py                 # the four configurations in docs/recipes.md, CPU, ~6.5 min
     python benchmarks/bench_memory.py --configs 0.5B:lora:24 --completion 64
 
-Each configuration runs in a fresh process: a randomly initialised model with a Qwen2.5 shape (benchmarks/gpu_check.py's,
+Each configuration runs in a fresh process: a randomly initialised model with a Qwen2.5 shape (gpu_check.py's,
 optionally fewer layers so a full fine-tune's 16 bytes a parameter fit this machine), the offline kit's tokenizer and
 toy problems, and two steps (the second with AdamW's state allocated) of gsm8k_grpo.py's own main() under bf16
 autocast, as on a bf16 GPU. torch's profiler records
@@ -89,24 +89,15 @@ def measure(shape: str, variant: str, layers: int, args, work: Path) -> dict:
                                                    return_dict=False))
                  for row in gsm8k_grpo.build_dataset("train", str(work / "kit" / "gsm8k_toy")))
     config = AutoConfig.from_pretrained(model)
-    parts = preflight.estimate_memory(config, **preflight.memory_options(trainer.args, plumbing_model_args(trainer),
-                                                                         prompt_tokens=prompt), device="cpu")
+    _, _, model_args = plumbing.parse_args(gsm8k_grpo.ScriptArguments, gsm8k_grpo.RECIPE_DEFAULTS, argv,
+                                           reward_weights=gsm8k_grpo.REWARD_WEIGHTS)  # what main() parsed from argv
+    options = preflight.memory_options(trainer.args, model_args, prompt_tokens=prompt)
+    parts = preflight.estimate_memory(config, **options, device="cpu")
     torch_parts = {k: v for k, v in parts.items() if k not in ("vllm", "cuda context")}
     return {"shape": shape, "variant": variant, "layers": layers, "params": sum(p.numel() for p in
             trainer.model.parameters()), "prompt tokens": prompt, "measured": measured["peak"],
             "at start": measured["at start"], "estimate": sum(torch_parts.values()), "parts": torch_parts,
             "seconds": seconds}
-
-
-def plumbing_model_args(trainer):
-    """The ModelConfig fields the estimate reads, off the trainer that ran (LoRA rank, 4-bit, dtype)."""
-    from types import SimpleNamespace
-
-    peft = getattr(trainer.model, "peft_config", None)
-    return SimpleNamespace(use_peft=bool(peft), lora_r=next(iter(peft.values())).r if peft else 16,
-                           load_in_4bit=False, dtype=str(next(trainer.model.base_model.parameters()).dtype
-                                                         if peft else next(trainer.model.parameters()).dtype
-                                                         ).removeprefix("torch."))
 
 
 def main(argv=None) -> list[dict]:
