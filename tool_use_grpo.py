@@ -7,16 +7,15 @@ Offline on CPU (tiny model, warm-started to call the tool, ~1 minute):
     python offline.py --tools && python tool_use_grpo.py --config offline/tool_use_grpo.yaml
 Jupyter or Colab (free T4):      notebooks/tool_use_grpo.ipynb, generated from this file
 
-TRL's multi-turn loop (`GRPOTrainer(tools=TOOLS)`) parses each tool call from the completion, runs the tool, appends
-its result as a `tool` message and lets the model continue, up to `max_tool_calling_iterations` times. The tool's
+TRL's multi-turn loop (`GRPOTrainer(environment_factory=PythonInterpreter)`: one interpreter per rollout) parses
+each tool call from the completion, runs the tool, appends its result as a `tool` message and lets the model continue,
+up to `max_tool_calling_iterations` times. The tool's
 output tokens are masked out of the loss (TRL's tool_mask): the model is trained on what it wrote, never on what the
 interpreter printed. The interpreter runs in `sandbox.py`, never in the training process.
 """
 
 # %%
 import sys
-import time
-from contextlib import contextmanager
 from dataclasses import dataclass
 
 from datasets import Dataset
@@ -26,7 +25,7 @@ from trl import GRPOTrainer, get_peft_config, get_quantization_config
 import plumbing
 import rewards
 from plumbing import arg, logger
-from sandbox import PRELOAD, SCIENTIFIC, SCIENTIFIC_WARMUP, Sandbox, SandboxUnavailable
+from sandbox import PRELOAD, SCIENTIFIC, SCIENTIFIC_WARMUP, Sandbox, SandboxUnavailable, describe
 
 # %% [markdown]
 # ## Config
@@ -71,8 +70,11 @@ class ScriptArguments:
     num_eval_examples: int = arg(64 if ON_COLAB else 200, "Held-out test problems scored with the same rewards at "
                                                           "each evaluation.")
     tool_timeout: float = arg(2.0, "Seconds one tool call may run before the sandbox kills it (arithmetic takes ms).")
-    tool_seconds_per_step: float = arg(60.0, "Seconds of tool time one training step may spend in all; then calls "
-                                             "answer with an error at once. Logged as `tool s`.")
+    tool_seconds_per_step: float = arg(60.0, "Seconds of tool time one training step may spend, in equal shares per "
+                                             "rollout; a rollout past its share gets an error at once. Logged as "
+                                             "`tool s`.")
+    tool_sandbox: str = arg("bubblewrap", "The sandbox's engine: bubblewrap (namespaces, a fresh tmpfs per call), or "
+                                          "landlock where user namespaces cannot be had (weaker: docs/sandbox.md).")
     unsafe_tool_sandbox: bool = arg(False, "Run the model's code even where this machine cannot isolate it (no "
                                            "namespaces nor Landlock, or no seccomp): resource limits only. Unsafe.")
 
@@ -127,34 +129,32 @@ def build_dataset(split: str = "train", dataset_path: str | None = None, dataset
 
 # %%
 class ToolTimeBudget(TrainerCallback):
-    """Seconds of tool time one training step, or one evaluation batch, may spend, summed over all its rollouts' calls
-    (TRL runs sync tools one after another, so a young policy's infinite loops would stall the step for minutes). Once
-    spent, a tool wrapped in `timing()` answers at once with an error; logs show `tools/seconds` (the step's) and
-    `eval_tools/seconds` (the evaluation's, all batches)."""
+    """Seconds of tool time one training step, or one evaluation batch, may spend, in equal shares per rollout: TRL
+    runs sync tools one after another, so a young policy's infinite loops would stall the step for minutes, and one
+    rollout's 31 loops in a turn would spend every other rollout's time. A rollout past its share gets an error at
+    once. Only the calls' own time counts (not waiting for another caller's call). Logs show `tools/seconds` (the
+    step's) and `eval_tools/seconds` (the evaluation's, all batches)."""
 
     def __init__(self, seconds_per_step: float):
-        self.seconds_per_step, self.used = seconds_per_step, 0.0
+        self.seconds_per_step, self.used, self.rollouts = seconds_per_step, 0.0, 0
         self.step_seconds = self.evaluation_seconds = 0.0
 
-    def spent(self) -> bool:
-        return self.used >= self.seconds_per_step
+    def share(self) -> float:
+        """Each rollout's part of the budget: the rollouts counted are this batch's (TRL resets them all before any
+        tool runs); with none (a script that runs the tool alone), the whole budget."""
+        return self.seconds_per_step / max(self.rollouts, 1)
 
-    @contextmanager
-    def timing(self):
-        start = time.monotonic()
-        try:
-            yield
-        finally:
-            self.used += time.monotonic() - start
+    def spent(self, rollout_seconds: float) -> bool:
+        return rollout_seconds >= self.share() or self.used >= self.seconds_per_step
 
     def on_step_begin(self, args, state, control, **kwargs):
         self.used = 0.0
 
     def on_step_end(self, args, state, control, **kwargs):  # an evaluation may follow: it starts with a full budget
-        self.step_seconds, self.used, self.evaluation_seconds = self.used, 0.0, 0.0
+        self.step_seconds, self.used, self.evaluation_seconds, self.rollouts = self.used, 0.0, 0.0, 0
 
     def on_prediction_step(self, args, state, control, **kwargs):  # each evaluation batch gets its own budget
-        self.evaluation_seconds, self.used = self.evaluation_seconds + self.used, 0.0
+        self.evaluation_seconds, self.used, self.rollouts = self.evaluation_seconds + self.used, 0.0, 0
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if logs is not None and "loss" in logs:
@@ -173,27 +173,44 @@ def setup_tools(script_args: ScriptArguments) -> list:
     """Apply the tool flags and start the sandbox (before training: TRL would turn a refusal into an error string on
     every call); a machine that cannot isolate the code is one line. The tools to run with; evaluate.py calls it too."""
     SANDBOX.limits["timeout"] = script_args.tool_timeout
-    SANDBOX.unsafe_without_isolation = script_args.unsafe_tool_sandbox
+    SANDBOX.engine, SANDBOX.unsafe_without_isolation = script_args.tool_sandbox, script_args.unsafe_tool_sandbox
     TOOL_BUDGET.seconds_per_step = script_args.tool_seconds_per_step
     try:
-        logger.info(f"sandbox protections here: {SANDBOX.start()}")
-    except SandboxUnavailable as err:
-        sys.exit(f"{err} (tool_use_grpo.py: --unsafe_tool_sandbox)")
+        logger.info(describe(SANDBOX.start()))
+    except (SandboxUnavailable, ValueError) as err:
+        sys.exit(f"{err} (tool_use_grpo.py: --tool_sandbox, --unsafe_tool_sandbox)")
     return TOOLS
 
 
-def python(code: str) -> str:
-    """Run Python code and return what it printed, or the value of its last expression, or the error.
+class PythonInterpreter:
+    """The code tool of one rollout: TRL's environment_factory makes one per rollout and calls reset() before its
+    generation, so the rollout's calls are counted against its own share of the step's tool time."""
 
-    Args:
-        code: Python source code. Each call starts fresh: variables do not carry over between calls.
-    """
-    if TOOL_BUDGET.spent():
-        return "Error: this training step's time for running code is used up; answer without the tool"
-    with TOOL_BUDGET.timing():
-        return SANDBOX.run(code)
+    def __init__(self):
+        self.seconds = 0.0
+
+    def reset(self, **row) -> None:
+        self.seconds = 0.0
+        TOOL_BUDGET.rollouts += 1
+
+    def python(self, code: str) -> str:
+        """Run Python code and return what it printed, or the value of its last expression, or the error.
+
+        Args:
+            code: Python source code. Each call starts fresh: variables do not carry over between calls.
+        """
+        if TOOL_BUDGET.spent(self.seconds):
+            return "Error: this rollout's time for running code is used up; answer without the tool"
+        try:
+            result, seconds = SANDBOX.timed_run(code)
+        except SandboxUnavailable as err:  # a zygote that cannot start again: stop, rather than train on errors
+            sys.exit(f"{err} (the sandbox stopped working during the run)")
+        self.seconds += seconds
+        TOOL_BUDGET.used += seconds
+        return result
 
 
+python = PythonInterpreter().python  # one interpreter for the scripts that run the tool outside TRL (evaluate.py)
 TOOLS = [python]
 
 # %% [markdown]
@@ -215,15 +232,16 @@ REWARD_FUNCS, REWARD_WEIGHTS = rewards.combine({
 # %% [markdown]
 # ## Trainer
 # The shared pre-flight checks (plus one that TRL can parse tool calls with the model's chat template), then TRL's
-# `GRPOTrainer` with `tools=TOOLS`: TRL parses each tool call, runs it, and masks the tool's output out of the loss, so
-# the model is trained on what it wrote, never on what the interpreter printed. The budget callback resets each step.
+# `GRPOTrainer` with one PythonInterpreter per rollout (`environment_factory`: TOOLS, with a share of the tool time
+# each): TRL parses each tool call, runs it, and masks the tool's output out of the loss, so the model is trained on
+# what it wrote, never on what the interpreter printed. The budget callback resets each step.
 
 # %%
 def main(argv: list[str] | None = None) -> GRPOTrainer:
     script_args, training_args, model_args = plumbing.parse_args(ScriptArguments, RECIPE_DEFAULTS, argv,
                                                                  reward_weights=REWARD_WEIGHTS)
     tokenizer = plumbing.prepare(training_args, model_args, REWARD_FUNCS, tools=TOOLS)
-    tools = setup_tools(script_args)
+    setup_tools(script_args)  # the sandbox up, or one line
 
     def build(split, dataset_path):
         return build_dataset(split, dataset_path, script_args.dataset_name)
@@ -239,7 +257,7 @@ def main(argv: list[str] | None = None) -> GRPOTrainer:
         processing_class=tokenizer,
         peft_config=get_peft_config(model_args),  # LoRA with --use_peft (the default here), else None
         quantization_config=get_quantization_config(model_args),  # --load_in_4bit / --load_in_8bit
-        tools=tools,
+        environment_factory=PythonInterpreter,  # tools=TOOLS, with one interpreter (one share of time) per rollout
         callbacks=[TOOL_BUDGET],  # resets the tool budget each step
     )
     return plumbing.run(trainer)

@@ -3,7 +3,7 @@
     python sandbox_trainer.py     # JSON requests on stdin, one JSON answer per line on stdout
 
 Requests: {"op": "run", "code": ...}, {"op": "protections"}, {"op": "state"} (this process's pid, limits and
-OOM score, and the pids below the sandbox's engine process). It ends when its stdin closes.
+OOM score, the pids below the sandbox's engine process, and what is left in the calls' directory on this disk). It ends when its stdin closes.
 """
 
 import json
@@ -35,8 +35,10 @@ def descendants(root: int) -> list[int]:
 def state(box: Sandbox) -> dict:
     with open(f"/proc/{os.getpid()}/oom_score_adj") as oom:
         oom_score_adj = int(oom.read())
+    calls_dir = (box._protections or {}).get("calls_dir")  # without bubblewrap: each call's directory is made here
     return {"pid": os.getpid(), "nofile": resource.getrlimit(resource.RLIMIT_NOFILE), "oom_score_adj": oom_score_adj,
-            "sandbox_processes": descendants(box._zygote.pid) if box._zygote else []}
+            "sandbox_processes": descendants(box._zygote.pid) if box._zygote else [],
+            "calls_dir_entries": sorted(os.listdir(calls_dir)) if calls_dir and os.path.isdir(calls_dir) else []}
 
 
 def main() -> None:

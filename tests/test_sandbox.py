@@ -1,9 +1,12 @@
-"""sandbox.py: a boundary that hostile code cannot cross, as root and as an ordinary user.
+"""sandbox.py: a boundary that hostile code cannot cross, as root and as an ordinary user, in every mode it accepts.
 
-Every attack runs in both settings: "root" (the trainer is this test process, as on Colab) and "user" (the trainer is
+Every attack runs in four settings: "root" (the trainer is this test process, as on Colab) and "user" (the trainer is
 tests/sandbox_trainer.py started as uid 65534 with its own clone of sandbox.py, its own venv and its own home holding
-a .netrc and an HF token, as on most GPU boxes). Each attack must fail, return within the time limit, leave no process
-or file behind, and cost the next call less than 100 ms.
+a .netrc and an HF token, as on most GPU boxes), each with bubblewrap (the default engine) and with
+engine="landlock" (the weaker mode a user names where bubblewrap cannot run). Each attack must fail, return within
+the time limit, leave no process or file behind, and cost the next call less than 100 ms. Older kernels are
+reproduced by capping the Landlock ABI (max_landlock_abi): Ubuntu 24.04's ABI 4, ABI 2, and bubblewrap without
+Landlock.
 """
 
 import json
@@ -34,8 +37,8 @@ class RootTrainer:
 
     setting = "root"
 
-    def __init__(self, folder: Path):
-        self.box = Sandbox(timeout=TIMEOUT, max_output=500)
+    def __init__(self, folder: Path, **options):
+        self.box = Sandbox(timeout=TIMEOUT, max_output=500, **options)
         self.box.start()
         self.pid, self.sandbox_file, self.home = os.getpid(), Path(sandbox.__file__), folder / "home"
         self.project_file = ROOT / "README.md"
@@ -59,7 +62,7 @@ class UserTrainer:
 
     setting = "user"
 
-    def __init__(self, folder: Path):
+    def __init__(self, folder: Path, **options):
         clone, home, venv = folder / "clone", folder / "home", folder / "venv"
         clone.mkdir()
         for name in ("sandbox.py", "README.md"):
@@ -77,7 +80,7 @@ class UserTrainer:
         subprocess.run(["chown", "-R", f"{NOBODY}:{NOBODY}", str(folder)], check=True)
         self.process = subprocess.Popen(
             ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--inh-caps=-all",
-             str(venv / "bin" / "python"), "sandbox_trainer.py", json.dumps({"timeout": TIMEOUT, "max_output": 500})],
+             str(venv / "bin" / "python"), "sandbox_trainer.py", json.dumps({"timeout": TIMEOUT, "max_output": 500, **options})],
             cwd=clone, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
             env={"HOME": str(home), "PATH": "/usr/bin:/bin", "HF_TOKEN": SECRET})
         self.pid, self.sandbox_file, self.home, self.project_file = self.process.pid, clone / "sandbox.py", home, \
@@ -104,7 +107,10 @@ class UserTrainer:
         assert self.process.wait(timeout=10) == 0
 
 
-@pytest.fixture(scope="module", params=["root", "user"])
+SETTINGS = {"root": {}, "user": {}, "root-landlock": {"engine": "landlock"}, "user-landlock": {"engine": "landlock"}}
+
+
+@pytest.fixture(scope="module", params=sorted(SETTINGS))
 def trainer(request):
     if os.geteuid() != 0:
         pytest.skip("both settings are started from root (as CI runs); as a user, run tests/sandbox_trainer.py")
@@ -115,7 +121,11 @@ def trainer(request):
     (folder / "home" / ".cache" / "huggingface" / "token").write_text(SECRET)
     for secret in (folder / "home").rglob("*"):
         secret.chmod(0o755 if secret.is_dir() else 0o644)  # world-readable: only the boundary keeps them in
-    side = (RootTrainer if request.param == "root" else UserTrainer)(folder)
+    side = (RootTrainer if request.param.startswith("root") else UserTrainer)(folder, **SETTINGS[request.param])
+    side.setting = request.param
+    (folder / "output").mkdir()
+    (folder / "output").chmod(0o755)  # the trainer's checkpoints
+    side.output = folder / "output"
     yield side
     side.close()
     shutil.rmtree(folder, ignore_errors=True)
@@ -132,6 +142,7 @@ def hostile(trainer, code: str) -> str:
     start = time.monotonic()
     assert trainer.run("sum(range(10))") == "45"
     assert time.monotonic() - start < 0.1, "the attack slowed the next call"
+    assert trainer.state()["calls_dir_entries"] == [], "a call's directory outlived it"
     return result
 
 
@@ -155,8 +166,15 @@ def test_results_read_like_a_notebook_cell(trainer, code, expected):
 def test_the_full_isolation_floor_holds_on_this_machine(trainer):
     protections = trainer.protections()
     assert protections["missing"] == "" and protections["seccomp"] and protections["no_network"]
-    assert protections["namespaces"] and protections["private_tmp"] and protections["landlock"] >= 1
-    assert int(protections["capabilities"], 16) == 0  # nothing granted by the namespaces reaches a call
+    if trainer.setting.endswith("landlock"):
+        assert not protections["namespaces"] and protections["landlock"] >= 1 and protections["engine"] == "landlock"
+    else:
+        assert protections["namespaces"] and protections["fresh_tmp"] and protections["landlock"] >= 1
+    if not trainer.setting.endswith("landlock"):  # a root zygote without namespaces hands its children a new uid
+        assert int(protections["capabilities"], 16) == 0  # nothing granted by the namespaces reaches a call
+    capget = ("import ctypes\nlibc = ctypes.CDLL(None)\nheader = (ctypes.c_uint32 * 2)(0x20080522, 0)\n"
+              "sets = (ctypes.c_uint32 * 6)()\nlibc.capget(header, sets)\nlist(sets)")
+    assert trainer.run(capget) == "[0, 0, 0, 0, 0, 0]"  # what the call's code holds: no capability at all
 
 
 # ---------------------------------------------------------------------------------------- resources and the sandbox
@@ -171,9 +189,11 @@ RESOURCE_ATTACKS = {
     "deep recursion": ("def f(n):\n    return f(n + 1)\nf(0)", "Error: RecursionError"),
     "huge integer": ("10 ** 10 ** 9", "Error: timed out"),
     "one huge file": ("with open('big', 'wb') as f:\n    while True:\n        f.write(b'0' * 2**20)", "Error: OSError"),
-    "a million small files": ("for i in range(10**6):\n    open(f'f{i}', 'w').close()", "Error: OSError"),
+    # the tmpfs's inode cap stops it; without bubblewrap (no tmpfs of its own) the deadline does
+    "a million small files": ("for i in range(10**6):\n    open(f'f{i}', 'w').close()",
+                              ("Error: OSError", "Error: timed out")),
     "locking its own directory": ("import os\nos.makedirs('a/b')\nos.chmod('a/b', 0)\nos.chmod('a', 0)\n"
-                                  "os.chmod('.', 0)\n'locked'", "'locked'"),
+                                  "os.chmod('.', 0)\n'locked'", ("'locked'", "Error: PermissionError")),
     "sys.exit in a finally": ("try:\n    raise ValueError\nfinally:\n    raise SystemExit(1)", "Error: SystemExit(1)"),
     "closing stdout": ("import os\nos.close(1)\nos.close(2)\n'still here'", "'still here'"),
     "a report pipe held open": ("import os, time\nfor fd in range(3, 64):\n    try:\n        os.write(fd, b'x')\n"
@@ -191,7 +211,7 @@ def test_resource_attacks_get_a_clean_error_in_time_and_leave_nothing(trainer, n
 def test_flooding_the_report_pipe_is_cut_at_the_cap(trainer):
     code = "import os\nfor fd in range(3, 64):\n    try:\n        os.write(fd, b'y' * 300_000_000)\n" \
            "    except OSError:\n        pass\n'done'"
-    assert len(hostile(trainer, code)) <= 4 * 500 + 4096
+    assert len(hostile(trainer, code)) <= 500 + len(sandbox.REPORT_MARKER.format(10**12))
 
 
 def test_a_hundred_megabytes_of_output_is_truncated_with_a_marker(trainer):
@@ -232,7 +252,8 @@ def test_ipc_objects_that_would_outlive_a_call_cannot_be_made(trainer):
                  "if libc.mq_open(b'/grpo', 0o100 | 2, 0o666, None) < 0:\n    raise OSError(ctypes.get_errno(), 'mq')"):
         result = hostile(trainer, code)
         assert result.startswith("Error") or result == "(no output)", (code, result)
-    assert trainer.run("import os\nos.listdir('/dev/shm')") == "[]"
+    assert trainer.run("import os\nos.listdir('/dev/shm')") in ("[]", "Error: PermissionError: [Errno 13] "
+                                                                    "Permission denied: '/dev/shm'")
 
 
 def test_the_environment_is_scrubbed(trainer):
@@ -244,6 +265,142 @@ def test_the_environment_is_scrubbed(trainer):
 def test_non_string_code_is_an_error_not_an_exception(trainer):
     if trainer.setting == "root":
         assert trainer.box.run(None).startswith("Error: code must be a string")
+
+
+# ------------------------------------------------------------------------------------------- nothing between calls
+def test_a_path_past_path_max_and_a_1200_level_tree_leave_with_the_call(trainer):
+    for code in ("import os\nname = 'n' * 250\nfor i in range(24):\n    os.mkdir(name)\n    os.chdir(name)\n"
+                 "open('kept', 'w').write('x')\n'made'",  # 6,000 characters of path: past PATH_MAX (4,096)
+                 "import os\nfor i in range(1200):\n    os.mkdir('d')\n    os.chdir('d')\nopen('kept', 'w').write('x')\n"
+                 "for mode in (0o500, 0):\n    try:\n        os.chmod('.', mode)\n    except OSError:\n        pass\n'made'"):
+        assert hostile(trainer, code) == "'made'"
+        assert trainer.run("import os\nos.listdir('.')") == "[]"
+
+
+def test_a_full_disk_does_not_reach_the_next_call(trainer):
+    fill = "import os\nname = 'n' * 250\nfor i in range(20):\n    os.mkdir(name)\n    os.chdir(name)\n" \
+           "for i in range(8):\n    try:\n        f = open(f'fill{i}', 'wb')\n        while True:\n" \
+           "            f.write(b'0' * 2**20)\n    except OSError:\n        pass\n'full'"  # in a path past PATH_MAX
+    assert hostile(trainer, fill) == "'full'"
+    assert trainer.run("open('next', 'wb').write(b'0' * 2**20)") == "1048576"
+
+
+def test_attributes_and_times_a_call_sets_are_not_seen_by_the_next(trainer):
+    mark = ("import os\nfor path in ('.', '..', '/dev/shm'):\n"
+            "    for act in (lambda: os.setxattr(path, 'user.grpo', b'x' * 4000), lambda: os.utime(path, (1, 1))):\n"
+            "        try:\n            act()\n        except OSError:\n            pass\n'marked'")
+    assert hostile(trainer, mark) == "'marked'"
+    look = ("import os\nseen = []\nfor path in ('.', '..', '/dev/shm'):\n    try:\n"
+            "        seen += [os.stat(path).st_mtime == 1, 'user.grpo' in os.listxattr(path)]\n"
+            "    except OSError:\n        pass\nseen")
+    seen = trainer.run(look)
+    assert seen.startswith("[") and "True" not in seen, seen
+
+
+def test_every_call_draws_its_own_random_numbers():
+    box = Sandbox(timeout=10, preload=sandbox.PRELOAD + sandbox.SCIENTIFIC, warmup=sandbox.SCIENTIFIC_WARMUP)
+    try:  # the zygote's generators (random's, numpy's global one, sympy's) were made before any fork
+        code = "import random, numpy, sympy.core.random\n(random.random(), numpy.random.rand(), " \
+               "sympy.core.random.rng.random())"
+        draws = [eval(box.run(code)) for _ in range(4)]
+        assert all(len({draw[i] for draw in draws}) == 4 for i in range(3)), draws
+    finally:
+        box.close()
+
+
+def test_memory_outside_the_address_space_limit_cannot_be_held(trainer):
+    code = ("import os\nheld = 0\nfor i in range(64):\n    try:\n        fd = os.memfd_create(f'm{i}')\n"
+            "        os.posix_fallocate(fd, 0, 2**23)\n        held += 2**23\n    except OSError:\n        break\n"
+            "for i in range(64):\n    try:\n        fd = os.open(f'/dev/shm/s{i}', os.O_CREAT | os.O_RDWR)\n"
+            "        os.posix_fallocate(fd, 0, 2**24)\n        held += 2**24\n    except OSError:\n        break\nheld")
+    assert int(hostile(trainer, code)) <= 64 * 2**20  # memfd denied; shared memory is the call's capped tmpfs
+
+
+def test_a_call_cannot_make_itself_dumpable_again(trainer):
+    code = "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n" \
+           "(libc.prctl(4, 1, 0, 0, 0), ctypes.get_errno(), libc.prctl(3, 0, 0, 0, 0))"
+    assert hostile(trainer, code) == "(-1, 1, 0)"  # PR_SET_DUMPABLE refused; PR_GET_DUMPABLE: still not dumpable
+
+
+def test_the_mount_listing_syscalls_are_denied(trainer):
+    code = "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n" \
+           "[(libc.syscall(number, 0, 0, 0, 0), ctypes.get_errno()) for number in (457, 458)]"
+    assert hostile(trainer, code) == "[(-1, 1), (-1, 1)]"  # statmount, listmount: EPERM, not EINVAL or EFAULT
+
+
+def signal_attacks(trainer) -> None:
+    """Signals through the call's own pipe (F_SETOWN, F_SETOWN_EX, F_SETSIG, FIOSETOWN) aimed at the zygote and at
+    the trainer: seccomp stops them whatever the Landlock ABI (ABI 6 scopes signals; older kernels do not)."""
+    setup = "import fcntl, os, signal, struct\nr, w = os.pipe()\n"
+    for target in ("os.getppid()", str(trainer.pid), "1"):
+        for how in ("fcntl.fcntl(r, 10, signal.SIGSTOP)\nfcntl.fcntl(r, 8, {t})",
+                    "fcntl.fcntl(r, 15, struct.pack('ii', 1, {t}))",
+                    "fcntl.ioctl(r, 0x8901, struct.pack('i', {t}))"):
+            code = setup + how.format(t=target) + "\nfcntl.fcntl(r, fcntl.F_SETFL, os.O_ASYNC)\nos.write(w, b'x')"
+            assert hostile(trainer, code).startswith("Error: PermissionError"), code
+    assert trainer.state()["pid"] == trainer.pid  # the trainer is alive and answers
+
+
+def metadata_attacks(trainer) -> None:
+    """Modes, owners, times, attributes and lengths of what a call may not write: the home's secrets, the project,
+    the output directory. Landlock does not cover these; the read-only mount tree or seccomp must."""
+    targets = [trainer.home / ".netrc", trainer.project_file, trainer.project_file.parent, trainer.output]
+    before = {path: (path.stat(), path.read_bytes() if path.is_file() else None) for path in targets}
+    acts = ("os.chmod(p, 0o777)", "os.chmod(p, 0)", "os.utime(p, (1, 1))", "os.setxattr(p, 'user.grpo', b'x')",
+            "os.truncate(p, 0)", "os.chown(p, os.getuid(), os.getgid())",
+            "fd = os.open(p, os.O_RDONLY)\n        os.fchmod(fd, 0o777)")
+    try:
+        code = "import os\ndone = []\nfor p in " + repr([str(t) for t in targets]) + ":\n" + "".join(
+            f"    try:\n        {act}\n        done.append((p, {act.split('(')[0]!r}))\n    except OSError:\n"
+            "        pass\n" for act in acts) + "done"
+        assert hostile(trainer, code) == "[]"
+        for path, (stat, content) in before.items():
+            now = path.stat()
+            assert (now.st_mode, now.st_mtime, now.st_size) == (stat.st_mode, stat.st_mtime, stat.st_size), path
+            assert content is None or path.read_bytes() == content
+    finally:
+        for path, (stat, _) in before.items():
+            os.chmod(path, stat.st_mode & 0o7777)
+
+
+def test_signals_through_a_pipe_reach_neither_the_zygote_nor_the_trainer(trainer):
+    signal_attacks(trainer)
+
+
+def test_modes_times_attributes_and_lengths_outside_the_call_cannot_be_changed(trainer):
+    metadata_attacks(trainer)
+
+
+# Older kernels, reproduced: Ubuntu 24.04's Landlock ABI 4 (no signal scoping), ABI 2 (no truncate right), bubblewrap
+# on a kernel without Landlock; the trainer as a user, where a signal or a chmod would reach its own files.
+OLD_KERNELS = {"user-abi4": {"max_landlock_abi": 4}, "user-landlock-abi2": {"engine": "landlock", "max_landlock_abi": 2},
+               "user-no-landlock": {"max_landlock_abi": 0}}
+
+
+@pytest.fixture(scope="module", params=sorted(OLD_KERNELS))
+def old_kernel(request):
+    if os.geteuid() != 0:
+        pytest.skip("started from root (as CI runs)")
+    folder = Path(tempfile.mkdtemp(prefix="grpo-sandbox-test-", dir="/tmp"))
+    folder.chmod(0o755)
+    (folder / "home").mkdir()
+    (folder / "home" / ".netrc").write_text(f"machine api.wandb.ai login user password {SECRET}\n")
+    (folder / "output").mkdir()
+    side = UserTrainer(folder, **OLD_KERNELS[request.param])
+    side.setting, side.output = request.param, folder / "output"
+    assert side.protections()["landlock"] == min(OLD_KERNELS[request.param]["max_landlock_abi"], 7)
+    yield side
+    side.close()
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_on_older_kernels_signals_metadata_and_leftovers_are_still_stopped(old_kernel):
+    signal_attacks(old_kernel)
+    metadata_attacks(old_kernel)
+    hostile(old_kernel, "for place in ('/dev/grpo', '/grpo', 'grpo'):\n    try:\n        open(place, 'w').write('x')\n"
+                        "    except OSError:\n        pass")
+    assert old_kernel.run("import os\n[os.path.exists(p) for p in ('/dev/grpo', '/grpo', 'grpo')]") == \
+        "[False, False, False]"
 
 
 # ------------------------------------------------------------------------------------- the trainer and the machine
@@ -329,15 +486,15 @@ def test_scientific_modules_are_loaded_before_the_call_including_their_lazy_part
 
 
 # ------------------------------------------------------------------------------------------------- failing closed
-def run_on_a_machine_without_namespaces_or_landlock(code: str) -> subprocess.CompletedProcess:
-    """Run `code` in a Python whose kernel interface lacks user namespaces and Landlock: a seccomp filter makes
-    unshare and new user namespaces fail, as where they are disabled, and Landlock's syscalls absent, as on kernels
-    without it."""
+def run_on_a_machine_without_namespaces_or_landlock(code: str, landlock: bool = False) -> subprocess.CompletedProcess:
+    """Run `code` in a Python whose kernel interface lacks user namespaces (and Landlock, unless `landlock`): a
+    seccomp filter makes unshare and new user namespaces fail, as where they are disabled, and Landlock's syscalls
+    absent, as on kernels without it."""
     prelude = ("import errno, pyseccomp as s\nf = s.SyscallFilter(s.ALLOW)\n"
                "for name in ('unshare', 'setns'):\n    f.add_rule(s.ERRNO(errno.EPERM), name)\n"
                "f.add_rule(s.ERRNO(errno.EPERM), 'clone', s.Arg(0, s.MASKED_EQ, 0x10000000, 0x10000000))\n"
                "f.add_rule(s.ERRNO(errno.ENOSYS), 'clone3')\n"
-               "for name in ('landlock_create_ruleset', 'landlock_add_rule', 'landlock_restrict_self'):\n"
+               f"for name in {() if landlock else ('landlock_create_ruleset', 'landlock_add_rule', 'landlock_restrict_self')}:\n"
                "    f.add_rule(s.ERRNO(errno.ENOSYS), name)\nf.load()\n")
     return subprocess.run([sys.executable, "-c", prelude + code], capture_output=True, text=True, timeout=120,
                           cwd=ROOT)
@@ -349,7 +506,8 @@ def test_without_namespaces_or_landlock_the_sandbox_refuses_in_one_line_naming_t
         "except SandboxUnavailable as err:\n    print(err)\nelse:\n    print('ran')")
     assert proc.returncode == 0, proc.stderr
     message = proc.stdout.strip()
-    assert message.count("\n") == 0 and message.startswith("sandbox: no filesystem confinement")
+    assert message.count("\n") == 0 and message.startswith("sandbox: no namespaces")
+    assert "--tool_sandbox landlock" in message  # the weaker mode, by name
     assert "kernel.apparmor_restrict_unprivileged_userns" in message and "unsafe_without_isolation=True" in message
 
 
@@ -358,7 +516,41 @@ def test_the_unsafe_opt_out_runs_with_what_the_machine_has_and_says_what_is_miss
         "from sandbox import Sandbox\nbox = Sandbox(unsafe_without_isolation=True)\nprint(box.run('6 * 7'))\n"
         "print(box.protections()['missing'][:39])")
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.splitlines() == ["42", "no filesystem confinement: bwrap failed"]
+    assert proc.stdout.splitlines() == ["42", "no namespaces: bwrap failed here: bwrap"]
+
+
+def test_without_namespaces_the_weaker_landlock_mode_runs_only_when_named():
+    proc = run_on_a_machine_without_namespaces_or_landlock(
+        "from sandbox import Sandbox, SandboxUnavailable, describe\ntry:\n    Sandbox().run('1')\n"
+        "except SandboxUnavailable as err:\n    print(str(err)[:22])\nbox = Sandbox(engine='landlock')\n"
+        "print(box.run('6 * 7'))\nprint(describe(box.protections()))", landlock=True)
+    assert proc.returncode == 0, proc.stderr
+    refused, answer, line = proc.stdout.splitlines()
+    assert refused == "sandbox: no namespaces" and answer == "42"
+    assert line.startswith("sandbox: landlock, Landlock ABI ") and line.endswith(", seccomp, a throwaway user id")
+
+
+def test_the_log_line_names_every_engine_in_force():
+    box = Sandbox(timeout=TIMEOUT)
+    try:
+        line = sandbox.describe(box.protections())
+        assert line.startswith("sandbox: bubblewrap (") and "a fresh capped tmpfs per call, Landlock ABI" in line
+        assert line.endswith(", seccomp") and "missing" not in line
+    finally:
+        box.close()
+
+
+def test_a_zygote_that_cannot_be_started_again_stops_the_caller_instead_of_answering_errors():
+    box = Sandbox(timeout=TIMEOUT)
+    try:
+        assert box.run("1") == "1"
+        box.warmup = "import os\nos._exit(3)"  # every new zygote now dies while it starts
+        box._zygote.kill()
+        box._zygote.wait()
+        with pytest.raises(sandbox.SandboxUnavailable, match="^sandbox: "):
+            box.run("2")
+    finally:
+        box.close()
 
 
 def test_a_killed_zygote_is_replaced_on_the_next_call():

@@ -6,6 +6,7 @@ the whole conversation.
 """
 
 import json
+import threading
 import time
 import shutil
 from pathlib import Path
@@ -124,31 +125,74 @@ def test_the_readme_shows_the_tool_recipe_rubric():
     assert rewards.rubric_table(tool_use_grpo.REWARD_FUNCS, tool_use_grpo.REWARD_WEIGHTS) in (ROOT / "README.md").read_text()
 
 
-def test_a_step_stops_running_code_once_its_tool_time_is_spent():
+def new_rollouts(count: int) -> list:
+    """What TRL does before a batch's generation: one PythonInterpreter per rollout, each reset with its row."""
+    rollouts = [tool_use_grpo.PythonInterpreter() for _ in range(count)]
+    for rollout in rollouts:
+        rollout.reset(prompt=[{"role": "user", "content": "6 * 7?"}], answer="42")
+    return rollouts
+
+
+def test_each_rollout_gets_its_own_share_of_a_steps_tool_time():
     budget = tool_use_grpo.TOOL_BUDGET
-    seconds, budget.seconds_per_step = budget.seconds_per_step, 0.5
+    seconds, budget.seconds_per_step = budget.seconds_per_step, 4.0
     tool_use_grpo.SANDBOX.start()  # the zygote's start-up is not a call's time
     try:
+        budget.on_step_end(None, None, None)
         budget.on_step_begin(None, None, None)
-        assert tool_use_grpo.python("6 * 7") == "42"
-        assert tool_use_grpo.python("while True:\n    pass").startswith("Error: timed out")  # 2 s: the budget is spent
+        greedy, other = new_rollouts(2)  # 2 s each: one timed-out call (tool_timeout 2 s) spends a share
+        assert greedy.python("while True:\n    pass").startswith("Error: timed out")
         start = time.monotonic()
-        assert tool_use_grpo.python("6 * 7").startswith("Error: this training step's time for running code is used up")
+        assert greedy.python("6 * 7") == "Error: this rollout's time for running code is used up; answer without " \
+                                         "the tool"
         assert time.monotonic() - start < 0.05
+        assert other.python("6 * 7") == "42"  # the greedy rollout did not spend the other's time
+        assert other.python("while True:\n    pass").startswith("Error: timed out")
+        assert other.python("6 * 7").startswith("Error: this rollout's time")
         budget.on_step_end(None, None, None)  # the Trainer's order: step end, then the step's log, then evaluation
         logs = {"loss": 0.1}
         budget.on_log(None, None, None, logs=logs)
-        assert logs["tools/seconds"] >= 2.0
+        assert logs["tools/seconds"] >= 4.0
         # An evaluation after a step that spent its budget still runs its tools, each batch with its own budget.
-        assert tool_use_grpo.python("6 * 7") == "42"
-        assert tool_use_grpo.python("while True:\n    pass").startswith("Error: timed out")
-        assert tool_use_grpo.python("6 * 7").startswith("Error: this training step's time")
+        (evaluated,) = new_rollouts(1)
+        assert evaluated.python("6 * 7") == "42"
         budget.on_prediction_step(None, None, None)
-        assert tool_use_grpo.python("6 * 7") == "42"
         logs = {"eval_reward": 0.0}
         budget.on_log(None, None, None, logs=logs)
-        assert logs["eval_tools/seconds"] >= 2.0
-        budget.on_step_begin(None, None, None)  # the next step starts with the whole budget
-        assert tool_use_grpo.python("6 * 7") == "42"
+        assert 0 < logs["eval_tools/seconds"] < 1.0
+        budget.on_step_begin(None, None, None)  # the next step's rollouts start with their whole share
+        (fresh,) = new_rollouts(1)
+        assert fresh.python("6 * 7") == "42"
     finally:
         budget.seconds_per_step = seconds
+
+
+def test_waiting_for_another_callers_call_is_not_charged_as_tool_time():
+    tool_use_grpo.SANDBOX.start()
+    tool_use_grpo.TOOL_BUDGET.on_step_end(None, None, None)
+    rollouts = new_rollouts(8)
+    threads = [threading.Thread(target=rollout.python, args=("import time\ntime.sleep(0.1)",)) for rollout in rollouts]
+    start = time.monotonic()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert time.monotonic() - start >= 0.8  # the sandbox serves one call at a time
+    assert all(0.1 <= rollout.seconds < 0.3 for rollout in rollouts), [rollout.seconds for rollout in rollouts]
+
+
+def test_a_sandbox_that_cannot_start_again_stops_the_run_in_one_line():
+    box = tool_use_grpo.SANDBOX
+    box.start()
+    warmup, box.warmup = box.warmup, "import os\nos._exit(3)"  # every new zygote dies while it starts
+    try:
+        box._zygote.kill()
+        box._zygote.wait()
+        with pytest.raises(SystemExit) as stopped:
+            tool_use_grpo.python("6 * 7")
+        message = str(stopped.value)
+        assert message.startswith("sandbox: ") and message.endswith("(the sandbox stopped working during the run)")
+        assert "\n" not in message
+    finally:
+        box.warmup = warmup
+    assert tool_use_grpo.python("6 * 7") == "42"
