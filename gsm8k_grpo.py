@@ -115,8 +115,10 @@ def strict_format_reward(completions, reasoning_tag="reasoning", answer_tag="ans
 
     def score(completion) -> float:
         text = rewards.completion_text(completion).strip()
+        if not _each_tag_once(text, r, a):  # counts first: the regex backtracks for seconds on repeated templates
+            return 0.0
         match = pattern.fullmatch(text)
-        if not match or not _each_tag_once(text, r, a):
+        if not match:
             return 0.0
         return 1.0 if match["reasoning"].strip() and match["answer"].strip() else 0.0
 

@@ -36,8 +36,11 @@ import string
 import subprocess
 import sys
 import threading
+import time
 import warnings
 from collections import Counter
+from contextlib import contextmanager
+from contextvars import ContextVar
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import wait as wait_for
 from fractions import Fraction
@@ -59,14 +62,18 @@ def correctness_reward(completions, answer, answer_tag="answer", reasoning_tag="
     '\frac{36}{2}') earns 0.0 too: otherwise the rubric does the arithmetic the model should do. A tool-use policy
     trained while it did learned to skip the interpreter and write the expression (docs/experiments.md).
     """
-    def score(completion, gold) -> float:
-        predicted, gold = extract_xml_answer(completion_text(completion), answer_tag, reasoning_tag), _gold_text(gold)
-        if predicted is not None and gold is not None and _PLAIN_NUMBER.fullmatch(gold.strip().replace(",", "")) \
+    def score(completion, gold) -> float | None:
+        gold = _gold_text(gold)
+        if not readable_gold(gold):
+            return None  # TRL's convention: a gold that cannot be read has no opinion, not a wrong answer
+        predicted = extract_xml_answer(completion_text(completion), answer_tag, reasoning_tag)
+        if predicted is not None and _PLAIN_NUMBER.fullmatch(gold.strip().replace(",", "")) \
                 and arithmetic_left_undone(predicted):
             return 0.0
         return 1.0 if answers_match(predicted, gold) else 0.0
 
-    return score_each(score, completions, answer)
+    with slow_path_budget():
+        return score_each(score, completions, answer)
 
 
 def boxed_correctness_reward(completions, answer, think_tag="think", **kwargs) -> list[float]:
@@ -75,11 +82,15 @@ def boxed_correctness_reward(completions, answer, think_tag="think", **kwargs) -
     For R1-style `<think>…</think> … \boxed{answer}` outputs. Gaming it: several boxes, or a box only inside the
     thinking, earn 0.0.
     """
-    def score(completion, gold) -> float:
+    def score(completion, gold) -> float | None:
+        gold = _gold_text(gold)
+        if not readable_gold(gold):
+            return None
         predicted = extract_boxed_answer(after_thinking(completion_text(completion), think_tag))
-        return 1.0 if answers_match(predicted, _gold_text(gold)) else 0.0
+        return 1.0 if answers_match(predicted, gold) else 0.0
 
-    return score_each(score, completions, answer)
+    with slow_path_budget():
+        return score_each(score, completions, answer)
 
 
 _INTEGER = re.compile(r"-?\d+", re.ASCII)
@@ -101,8 +112,9 @@ def integer_answer_reward(completions, answer_tag="answer", reasoning_tag="reaso
 class CosineScaledCorrectness:
     r"""Correctness scaled by length on a cosine schedule: short correct answers earn most, short wrong ones lose most.
 
-    Range [wrong_short, correct_short] (defaults -1.0 to 1.0); a correct answer always beats any wrong one. Length is
-    the completion's token count (`completion_ids`) relative to `max_len`. Same idea as TRL's
+    Range [wrong_short, correct_short] (defaults -1.0 to 1.0); a correct answer always beats any wrong one; None where
+    correctness has no opinion (a gold it cannot read), as TRL's. Length is the completion's token count
+    (`completion_ids`) relative to `max_len`. Same idea as TRL's
     get_cosine_scaled_reward, but judged by this module's correctness (answer tags, last assistant message) instead
     of a \boxed answer in the first message. Gaming it: truncating reasoning to look short costs correctness.
     """
@@ -114,10 +126,13 @@ class CosineScaledCorrectness:
         self.max_len, self.correctness = max_len, correctness
         self.correct, self.wrong = (correct_long, correct_short), (wrong_long, wrong_short)
 
-    def __call__(self, completions, completion_ids, **kwargs) -> list[float]:
+    def __call__(self, completions, completion_ids, **kwargs) -> list[float | None]:
         correct = self.correctness(completions, **kwargs)
         scores = []
         for ok, ids in zip(correct, completion_ids, strict=True):
+            if ok is None:
+                scores.append(None)
+                continue
             at_long, at_short = self.correct if ok == 1.0 else self.wrong
             progress = min(len(ids) / self.max_len, 1.0)  # clamped: cos would climb back past max_len
             scores.append(at_long + 0.5 * (at_short - at_long) * (1.0 + math.cos(progress * math.pi)))
@@ -530,12 +545,13 @@ def rubric_table(funcs: list, weights: list[float]) -> str:
 
 
 # ---------------------------------------------------------------------------------------------------- your own reward
-def score_each(score, *columns) -> list[float]:
-    """`[score(*row) for row in zip(*columns)]` as floats, never raising: if the scorer raises, every row is rescored
-    alone so only the completion that broke it loses its reward (0.0, with a warning). Every reward here uses it."""
+def score_each(score, *columns) -> list[float | None]:
+    """`[score(*row) for row in zip(*columns)]` as floats (None stays None: no opinion), never raising: if the scorer
+    raises, every row is rescored alone so only the completion that broke it loses its reward (0.0, with a warning).
+    Every reward here uses it."""
     rows = list(zip(*columns, strict=True))
     try:
-        return [float(score(*row)) for row in rows]
+        return [None if (value := score(*row)) is None else float(value) for row in rows]
     except Exception:  # noqa: BLE001 - find the completion that broke it, below
         return [_safely(score, *row) for row in rows]
 
@@ -662,15 +678,35 @@ def parse_number(text: str | None) -> float | None:
 # to have read all of it (slow path). Before the slow path, anything that makes the answer more than one expression is
 # refused: prose, lists, `\pm`, dots, relations or separators the gold does not have.
 
-VERIFY_STATS: Counter = Counter()  # how answers_match decided: fast, slow, rejected, timeout (for benchmarks)
+VERIFY_STATS: Counter = Counter()  # how answers_match decided: fast, slow, rejected; timeout, over_budget
 MAX_ANSWER_CHARS = 200  # longer is not one final answer
+# Seconds one reward call (one batch) may spend on the slow path; answers past it are not equal ("over_budget").
+# math-verify gives up on one side after PARSE_SECONDS (a huge factorial or binomial), counted as "timeout".
+SLOW_PATH_SECONDS_PER_BATCH = 10.0
+PARSE_SECONDS = 1
+_SLOW_PATH_DEADLINE: ContextVar[float | None] = ContextVar("slow_path_deadline", default=None)
+
+
+@contextmanager
+def slow_path_budget(seconds: float | None = None):
+    """Within it, answers_match spends at most `seconds` (SLOW_PATH_SECONDS_PER_BATCH) in all on math-verify: the
+    correctness rewards score each batch inside one, so degenerate answers cannot stall a training step."""
+    token = _SLOW_PATH_DEADLINE.set(time.monotonic() + (SLOW_PATH_SECONDS_PER_BATCH if seconds is None else seconds))
+    try:
+        yield
+    finally:
+        _SLOW_PATH_DEADLINE.reset(token)
 
 # Non-ASCII a model may write for LaTeX; any other (√, ², ½, other scripts' digits) makes an answer unreadable here.
-_UNICODE_MATH = {"\u2212": "-", "\u2013": "-", "\u00d7": r"\times ", "\u00f7": r"\div ", "\u22c5": r"\cdot ",
+_UNICODE_MATH = {"\u2212": "-", "\u2013": "-", "\u00a0": " ", "\u2009": " ", "\u202f": " ", "\u00d7": r"\times ", "\u00f7": r"\div ", "\u22c5": r"\cdot ",
                  "\u00b7": r"\cdot ", "\u03c0": r"\pi ", "\u2264": r"\le ", "\u2265": r"\ge ", "\u2260": r"\ne ",
                  "\u00b0": r"^\circ", "\u20ac": r"\euro ", "\u00a3": r"\pound ", "\u221e": r"\infty "}
 _THOUSANDS = re.compile(r"(?<![\d.])([1-9]\d{0,2}(?:,\d{3})+)(?![\d,]|\.\d*,)", re.ASCII)  # '1,800' (not '0,111')
-_LATEX_THOUSANDS = re.compile(r"(?<=\d)(?:\{,\}|,\\!|\\,|\\!|\{\\,\}|\\;)(?=\d{3}(?!\d))")  # 32,\!349  14{,}916
+# 32,\!349  32,\! 349  14{,}916  1\,000  1~000: LaTeX's thousands separators, a digit group of three after each
+_LATEX_THOUSANDS = re.compile(r"(?<=\d)(?:\{,\}|,\\!|\\[,;:! ]|\{\\,\}|~)\s*(?=\d{3}(?!\d))")
+_SPACE_THOUSANDS = re.compile(r"(?<![\d.,] )(?<![\d.,])[1-9]\d{0,2}(?: \d{3})+(?:\.\d+)?(?![\d,.]| \d)", re.ASCII)
+_CURRENCY_CODE = re.compile(r"^(USD|US|EUR|GBP|INR|Rs\.?)\s*(?=[\d.])")  # 'USD 18', 'Rs. 18' ('US$ 18' reads 'US 18')
+_CURRENCY_CODES = {"USD": "$", "US": "$", "EUR": "€", "GBP": "£", "INR": "rs", "Rs": "rs", "Rs.": "rs"}
 _MATH_DELIMITER = re.compile(r"(?<!\\)\$+|\\[()\[\]]")
 _SPACING = re.compile(r"\\(?:[,;:! ]|quad|qquad|enspace|thinspace)|~")
 _SIZING = re.compile(r"\\(?:left|right|big|Big|bigg|Bigg)[lr]?(?![A-Za-z])|\\displaystyle|\\textstyle")
@@ -681,11 +717,12 @@ _ASSIGNMENT = re.compile(r"^(?:[A-Za-z](?:_\{?\w+\}?)?(?:\([A-Za-z]\))?|\([A-Za-
                          r"(?![A-Za-z]))", re.ASCII)
 _NAMED = re.compile(r"^([^=,;]+)=(?=[^=]+$)")
 _CURRENCY = {r"\$": "$", r"\euro": "€", r"\pound": "£"}
-_PERCENT = re.compile(r"\s*(?:\\%|%)$")
+_PERCENT = re.compile(r"\s*(?:\\%|%|(?<=[\d\s])per ?cent|\\text\{\s*per ?cent\s*\})$")
 _DEGREES = re.compile(r"\s*(?:\^\s*\{\s*\\circ\s*\}|\^\s*\\circ|\\circ|\\degree)$")
 _UNIT_TEXT = re.compile(r"\s*(?:\\text\{([^{}]*)\}|(?<=[\d}\s])([A-Za-z][A-Za-z ./-]*?))(\^\{?[23]\}?)?$", re.ASCII)
 # Units shorter than three letters are read only from this list: '5x' and '5 ab' are products, not units.
 _SHORT_UNITS = {"cm", "mm", "km", "kg", "mg", "ml", "ft", "in", "lb", "oz", "mi", "hr", "yd", "sq", "m2", "rs"}
+_RATE_LETTERS = {"h", "s", "m", "g", "l", "d"}  # read as units only in a rate: 'km/h', 'm/s', 'g/l', 'l/d'
 # Words that change what the number means, so they can never be a unit: '5 thousand' is not 5, 'not 5' is not 5.
 _NOT_UNITS = set("""
 zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen seventeen
@@ -704,7 +741,7 @@ _RELATIONS = re.compile(r"<|>|=|\\(?:le|leq|ge|geq|lt|gt|ne|neq|leqslant|geqslan
 # Marks a prediction may use only where the gold does: separators of several answers, '\pm', dots, a base ('5_{8}').
 _ONLY_WHERE_GOLD_HAS = re.compile(r"[,;&']|\\\\|\\(?:pm|mp|ldots|cdots|dots|vdots|lor|vee|land|wedge|cup|cap|prime)"
                                   r"(?![A-Za-z])|\.\.|(?<=\d)_")
-_PLAIN_NUMBER = re.compile(r"([+-]?)(\d+(?:\.\d+)?|\.\d+)", re.ASCII)
+_PLAIN_NUMBER = re.compile(r"([+-]?)((?:\d+(?:\.\d+)?|\.\d+)(?:[eE][+-]?\d{1,3})?)", re.ASCII)  # '1.6e3' too
 _PLAIN_FRACTION = re.compile(r"([+-]?)(?:\\frac(?:\{(\d+)\}|(\d))(?:\{(\d+)\}|(\d))|(\d+)\s*/\s*(\d+))", re.ASCII)
 
 
@@ -726,18 +763,29 @@ def _tidy(text: str) -> str | None:
             if text is None:
                 return None
     text = _SIZING.sub("", text).replace(r"\dfrac", r"\frac").replace(r"\tfrac", r"\frac").replace(r"\cfrac", r"\frac")
+    if text.lstrip().startswith("~"):  # '~18': approximately 18 is not an answer ('about 18' is not either)
+        return None
     text = _SPACING.sub(" ", _LATEX_THOUSANDS.sub(",", text))
     text = _THOUSANDS.sub(lambda m: m.group(1).replace(",", ""), _TEXT_COMMAND.sub(r"\\text", text))
     text = re.sub(r"(?<![\d.])\.(?=\d)", "0.", text)  # '.5' is 0.5
     text = re.sub(r"\s+", " ", text).strip()
-    if re.search(r"\d \.?\d", text):  # '5 6' or '1 000': two numbers, or a separator this cannot read
+    text = _SPACE_THOUSANDS.sub(lambda m: m.group().replace(" ", ""), text)  # '1 000 000'
+    if re.search(r"\d \.?\d", text):  # '5 6': two numbers
         return None
     return re.sub(r" (?=[^A-Za-z0-9])|(?<=[^A-Za-z0-9]) ", "", text)  # spaces matter only between two words
 
 
 def _is_unit(words: str) -> bool:
-    names = _WORDS.findall(words.lower())
-    return 0 < len(names) <= 4 and all((len(name) >= 3 or name in _SHORT_UNITS) and not {
+    """A unit ('miles', 'cm^2'), or a rate of two ('km/h', 'm/s', 'miles per hour'; single letters only there)."""
+    parts = re.split(r"\s*/\s*|(?:^|\s+)per\s+", words.strip().lower())
+    if len(parts) == 2:
+        return all(_unit_words(part, _SHORT_UNITS | _RATE_LETTERS) for part in parts if part) and bool(parts[1])
+    return _unit_words(words.lower(), _SHORT_UNITS)
+
+
+def _unit_words(words: str, short: set) -> bool:
+    names = _WORDS.findall(words)
+    return 0 < len(names) <= 4 and all((len(name) >= 3 or name in short) and not {
         name, name.removesuffix("s")} & _NOT_UNITS for name in names)  # 'lakhs' is 'lakh'
 
 
@@ -746,6 +794,8 @@ def _split_unit(text: str) -> tuple[str, str]:
     for prefix, unit in _CURRENCY.items():
         if text.startswith(prefix):
             return text[len(prefix):].strip(), unit
+    if code := _CURRENCY_CODE.match(text):
+        return text[code.end():].strip(), _CURRENCY_CODES[code.group(1)]
     for pattern, unit in ((_PERCENT, "%"), (_DEGREES, "°")):
         if pattern.search(text):
             return pattern.sub("", text), unit
@@ -804,14 +854,16 @@ def _units_agree(predicted: str, gold: str) -> bool:
     return not predicted or not gold or predicted == gold  # a unit the gold leaves implicit is not checked
 
 
+def _percent_of(gold: Fraction) -> Fraction:
+    """What 1% of a percent answer is worth against this plain gold: one reading per gold, never two. Below 1 in
+    absolute value the gold is a fraction (75% is 0.75); otherwise the answer is the number (18% is 18)."""
+    return Fraction(1, 100) if abs(gold) < 1 else Fraction(1)
+
+
 def _values_agree(predicted: Fraction, predicted_unit: str, gold: Fraction, gold_unit: str) -> bool:
-    if predicted == gold:
-        return True
-    if predicted_unit == "%" and gold_unit != "%":  # 28% is 0.28
-        return predicted / 100 == gold
-    if gold_unit == "%" and predicted_unit != "%":
-        return predicted == gold / 100
-    return False
+    if predicted_unit == "%" and gold_unit != "%":
+        return predicted * _percent_of(gold) == gold
+    return predicted == gold  # a percent gold with a bare number: the unit left implicit ('28' for 28%)
 
 
 def answers_match(predicted: str | None, gold) -> bool:
@@ -819,7 +871,7 @@ def answers_match(predicted: str | None, gold) -> bool:
 
     Equal: '18', '18.0', '$18', '18 dollars', '\boxed{18}', '1,800' (gold 1800), '.5' and '\frac12' (gold 0.5),
     '\frac{36}{2}', '2 * 9', '\sqrt{324}' (gold 18), 'x = \frac{1}{2}', '125\text{ miles}', '90^\circ' (gold 90),
-    '28\%' (gold 28 or 0.28), '32,\!349', symbolic answers ('\pi', 'y+x' for 'x+y'), tuples and intervals when the
+    '18\%' (gold 18), '75\%' (gold 0.75: one reading of a percent per gold, a fraction below 1), '32,\!349', '1 000' (gold 1000), '1.6e3' (gold 1600), '60 km/h', 'USD 18', symbolic answers ('\pi', 'y+x' for 'x+y'), tuples and intervals when the
     gold is one. Never equal: several answers ('17, 18', '17 or 18', '\pm 3', '17 \\ 18'), prose around a number
     ('the answer is 18', 'AZYUK2A'), a relation the gold does not have ('x < 5' for 5 or for 'x > 5'), a different
     value ('5!', '2\sqrt{3}' for 2, '5\text{ thousand}' for 5, '0,111' for 111), units that differ from the gold's.
@@ -854,17 +906,27 @@ def answers_match(predicted: str | None, gold) -> bool:
             or any(m.group() not in allowed for m in _ONLY_WHERE_GOLD_HAS.finditer(expression))):
         VERIFY_STATS["rejected"] += 1  # more than one expression, or a relation the gold lacks
         return False
+    deadline = _SLOW_PATH_DEADLINE.get()
+    left = _MATH_VERIFY.timeout if deadline is None else deadline - time.monotonic()
+    if left <= 0:
+        VERIFY_STATS["over_budget"] += 1  # this batch spent its slow-path time: not equal
+        return False
     VERIFY_STATS["slow"] += 1
-    percent = r"\%" if unit == "%" else ""
-    return _math_verify_equal(expression + percent, gold_expression + (r"\%" if gold_unit == "%" else "")) is True
+    # Percents, one reading per gold (see _percent_of): math-verify itself would credit both 18% and 1800% for 18.
+    scale = "percent" if unit == "%" and gold_unit != "%" else ""
+    return _math_verify_equal(expression, gold_expression, scale, min(left, _MATH_VERIFY.timeout)) is True
 
 
-@lru_cache(maxsize=8192)  # a group of completions often repeats an answer; a hang is cached too, not retried
-def _math_verify_equal(predicted: str, gold: str) -> bool | None:
-    result = _MATH_VERIFY.equal(predicted, gold)
+def _math_verify_equal(predicted: str, gold: str, scale: str, timeout: float) -> bool | None:
+    result = _math_verify_cached(predicted, gold, scale, timeout)
     if result is None:
         VERIFY_STATS["timeout"] += 1
     return result
+
+
+@lru_cache(maxsize=8192)  # a group of completions often repeats an answer; a hang is cached too, not retried
+def _math_verify_cached(predicted: str, gold: str, scale: str, timeout: float) -> bool | None:
+    return _MATH_VERIFY.equal(predicted, gold, scale, timeout)
 
 
 class _MathVerifyWorker:
@@ -908,15 +970,16 @@ class _MathVerifyWorker:
         self._process.stdout.close()
         self._process = None
 
-    def equal(self, predicted: str, gold: str) -> bool | None:
-        """True/False from math-verify, or None when it timed out or failed."""
+    def equal(self, predicted: str, gold: str, scale: str = "", timeout: float | None = None) -> bool | None:
+        """True/False from math-verify, or None when it timed out (here, or inside math-verify) or failed. `scale`
+        "percent": the prediction is a percent, read as _percent_of says."""
         with self._lock:
             try:
                 if self._process is None or self._process.poll() is not None:
                     self._start()
-                self._process.stdin.write(json.dumps([predicted, gold]) + "\n")
+                self._process.stdin.write(json.dumps([predicted, gold, scale]) + "\n")
                 self._process.stdin.flush()
-                line = self._read_line(self.timeout)
+                line = self._read_line(self.timeout if timeout is None else timeout)
             except (OSError, RuntimeError, ValueError) as err:
                 warnings.warn(f"math-verify unavailable, treating the answer as wrong: {err}", RuntimeWarning)
                 return None
@@ -936,8 +999,12 @@ def _math_verify_server() -> None:
     that must be the whole answer normalised the same way. Its unit stripping is off: it reads '5h' and
     '5\\text{ thousand}' as 5; answers_match splits off the units it accepts before asking.
     """
+    import logging
+
     from latex2sympy2_extended.math_normalization import NormalizationConfig, normalize_latex
     from math_verify import LatexExtractionConfig, parse, verify
+
+    logging.getLogger("math_verify").setLevel(logging.ERROR)  # its timeouts are counted (VERIFY_STATS), not printed
 
     normalization = NormalizationConfig(basic_latex=True, units=False, malformed_operators=True, nits=True,
                                         boxed="all", equations=False)
@@ -945,17 +1012,43 @@ def _math_verify_server() -> None:
 
     @lru_cache(maxsize=1024)
     def read_whole(expression: str) -> list:
-        parsed = parse(f"${expression}$", [config], parsing_timeout=2)
+        parsed = parse(f"${expression}$", [config], parsing_timeout=PARSE_SECONDS)
         return parsed if len(parsed) == 2 and parsed[1] == normalize_latex(expression, normalization) else []
 
+    def below_one(value) -> bool:
+        try:
+            return abs(complex(value.evalf())) < 1
+        except (TypeError, ValueError, AttributeError):  # a set, an interval, a symbol: not a number below one
+            return False
+
+    def timed(step):
+        """step(), and whether it ran into math-verify's own time limit (it returns [] or False then)."""
+        start = time.monotonic()
+        value = step()
+        return value, time.monotonic() - start >= 0.95 * PARSE_SECONDS
+
+    verify(read_whole("x^2 + \\frac{1}{2}"), read_whole("\\frac{1}{2} + x^2"))  # first use loads parts of sympy
     print("ready", flush=True)
     for line in sys.stdin:
         try:
-            predicted, gold = (read_whole(side) for side in json.loads(line))
-            result = bool(predicted and gold and verify(gold, predicted, timeout_seconds=2))
+            predicted_text, gold_text, scale = json.loads(line)
+            predicted, slow_predicted = timed(lambda: read_whole(predicted_text))
+            gold, slow_gold = timed(lambda: read_whole(gold_text))
+            if predicted and gold and scale == "percent":
+                predicted = [predicted[0] / 100 if below_one(gold[0]) else predicted[0]]
+            equal, slow_verify = timed(lambda: verify(gold, predicted, timeout_seconds=PARSE_SECONDS)) \
+                if predicted and gold else (False, False)
+            result = None if slow_predicted or slow_gold or slow_verify else bool(equal)
         except Exception:  # noqa: BLE001 - a bad answer is a wrong answer, never a dead worker
             result = None
         print(json.dumps(result), flush=True)
+
+
+@lru_cache(maxsize=4096)
+def readable_gold(gold: str | None) -> bool:
+    """Whether a gold answer can be compared at all (answers_match reads it as one answer); the correctness rewards
+    give None, no opinion, where it cannot, as TRL's accuracy_reward does."""
+    return isinstance(gold, str) and _read_answer(gold, is_gold=True) is not None
 
 
 def _gold_text(gold) -> str | None:
@@ -966,11 +1059,13 @@ def _gold_text(gold) -> str | None:
 
 
 # Arithmetic left to do: an operator between two numbers, a root or a power; a fraction is judged on its own below.
-_UNDONE_ARITHMETIC = re.compile(r"[\d.)}]\s*(?:[-+*×·÷^]|\*\*|\\times|\\cdot|\\div)\s*[\d.(\\{]|\\sqrt")
+_UNDONE_ARITHMETIC = re.compile(r"[\d.)}]\s*(?:[-+*×·÷^]|\*\*|\\times|\\cdot|\\div)\s*[\d.(\\{]|\\sqrt|[\d)}]\s*!|"
+                                r"\\binom|\\choose|\\d?binom")
 
 
 def arithmetic_left_undone(predicted: str) -> bool:
-    r"""Whether an answer still holds arithmetic to do: '150 - 45', '2 * 9', '3^2', '\sqrt{324}', '\frac{36}{2}'.
+    r"""Whether an answer still holds arithmetic to do: '150 - 45', '2 * 9', '3^2', '\sqrt{324}', '\frac{36}{2}', '5!',
+    '\binom{5}{2}'.
 
     A fraction in lowest terms ('1/2', '\frac{3}{4}') is a final answer; '36/2' or '\frac{4}{2}' is not. A sign
     ('-5'), thousands separators ('1,800'), units and LaTeX wrapping are not arithmetic."""

@@ -192,6 +192,96 @@ def test_boxed_correctness_reads_the_box_after_the_thinking():
     assert scores == [1.0, 0.0, 0.0]
 
 
+# ------------------------------------------------------------------------------- percents, separators, rates, cost
+def percent_pairs():
+    """(prediction, gold, right?) over golds below and above 1, each percent written at the right and wrong scales."""
+    pairs = []
+    for gold in ("0.75", "0.05", "-0.4", "0", "1", "18", "250", "12.5", "-3"):
+        value = float(gold)
+        right = f"{value * 100:g}%" if abs(value) < 1 else f"{value:g}%"
+        wrong = {f"{value:g}%", f"{value * 100:g}%", f"{value / 100:g}%", f"{value * 10000:g}%"} - {right}
+        pairs += [(right, gold, True), (right.replace("%", "\\%"), gold, True), (right.replace("%", " percent"), gold, True)]
+        pairs += [(w, gold, False) for w in sorted(wrong)]
+    return pairs
+
+
+@pytest.mark.parametrize("predicted, gold, right", percent_pairs())
+def test_a_percent_has_one_reading_per_gold_and_a_wrong_one_stays_below_the_ceiling(predicted, gold, right):
+    assert rewards.answers_match(predicted, gold) is right
+    if not right:  # the GSM8K recipe's stated ceiling for a wrong answer is 2.0 of its 4.0
+        assert weighted_total(chat(answer_block(predicted)), gold) <= 2.0
+
+
+@pytest.mark.parametrize("predicted, gold", [("\\frac{1}{3}\\%", "\\frac{1}{3}"), ("\\frac{\\sqrt{2}}{2}\\%",
+                                                                                    "\\frac{\\sqrt{2}}{2}")])
+def test_the_slow_path_reads_a_percent_once_too(predicted, gold):
+    assert not rewards.answers_match(predicted, gold)  # math-verify alone credits both scales
+    assert rewards.answers_match(predicted.replace("\\frac{1}{3}", "\\frac{100}{3}").replace(
+        "\\frac{\\sqrt{2}}{2}", "50\\sqrt{2}"), gold)
+
+
+@pytest.mark.parametrize("predicted, gold", [
+    ("\\boxed{11,\\! 111,\\! 111,\\! 100}", "11111111100"), ("32,\\! 349", "32349"), ("1 000", "1000"),
+    ("1 000 000", "1000000"), ("12 345.5", "12345.5"), ("1\\ 000", "1000"), ("1~000", "1000"), ("1\u00a0000", "1000"),
+    ("60 km/h", "60"), ("5 m/s", "5"), ("60 miles per hour", "60"), ("3 per day", "3"), ("18 per cent", "18"),
+    ("USD 18", "18"), ("USD 18", "\\$18"), ("Rs. 18", "18"), ("Rs 1,800", "1800"), ("1.6e3", "1600"), ("2E-2", "0.02")])
+def test_separators_rates_currency_codes_and_scientific_notation_are_read(predicted, gold):
+    assert rewards.answers_match(predicted, gold)
+
+
+@pytest.mark.parametrize("predicted, gold", [
+    ("1 00", "100"), ("0 111", "111"), ("5 1 000", "51000"), ("1 000", "1"), ("12 34", "1234"), ("1,\\! 11", "111"),
+    ("18 x/y", "18"), ("Rs. 18", "\\$18"), ("1.6e3", "16"), ("~18", "18"), ("≈ 18", "18"), ("60 km/h", "60 m/s")])
+def test_reading_them_opens_no_wrong_credit(predicted, gold):
+    assert not rewards.answers_match(predicted, gold)
+
+
+def test_an_unreadable_gold_gives_no_opinion_as_trls_rewards_do():
+    completions = [chat(GOOD)] * 3
+    golds = ["18", "√2 (not LaTeX)", None]
+    assert rewards.correctness_reward(completions, answer=golds) == [1.0, None, None]
+    assert rewards.boxed_correctness_reward([chat("\\boxed{18}")] * 3, answer=golds) == [1.0, None, None]
+    cosine = rewards.CosineScaledCorrectness(max_len=100)
+    assert cosine(completions, completion_ids=[[0] * 10] * 3, answer=golds)[1:] == [None, None]
+
+
+def degenerate_batch(size=64, characters=32_000):
+    """What a collapsing policy writes: the template, truncated and repeated, ~8K tokens per completion."""
+    import random
+
+    pieces = ["<reasoning>\n", "3 + 4 = 7\n", "</reasoning>\n", "<answer>\n", "7\n", "</answer>\n"]
+    generator, batch = random.Random(0), []
+    for _ in range(size):
+        parts = []
+        while sum(map(len, parts)) < characters:
+            parts += pieces[:generator.randint(1, len(pieces))]
+        batch.append(chat("".join(parts)))
+    return batch
+
+
+def test_a_batch_of_degenerate_completions_scores_in_under_a_second():
+    import time
+
+    batch = degenerate_batch()
+    start = time.perf_counter()
+    for reward in REWARD_FUNCS:
+        reward(completions=batch, answer=["7"] * len(batch))
+    assert time.perf_counter() - start < 1.0
+
+
+def test_slow_answers_in_one_batch_are_bounded_and_counted():
+    import time
+
+    rewards.answers_match("\\frac{36}{2}", "18")  # the worker up, outside the timed part
+    before = dict(rewards.VERIFY_STATS)
+    answers = [chat(answer_block(f"\\binom{{{300_000 + i}}}{{{150_000 + i}}}")) for i in range(64)]
+    start = time.perf_counter()
+    assert rewards.correctness_reward(answers, answer=["\\frac{1}{2}"] * 64) == [0.0] * 64
+    assert time.perf_counter() - start < 15.0
+    spent = {key: rewards.VERIFY_STATS[key] - before.get(key, 0) for key in ("slow", "timeout", "over_budget")}
+    assert spent["timeout"] >= 1 and spent["slow"] + spent["over_budget"] == 64, spent
+
+
 # --------------------------------------------------------------------------------------- length and repetition
 def test_cosine_scaled_correctness_prefers_short_correct_and_long_wrong_answers():
     cosine = rewards.CosineScaledCorrectness(max_len=100)
@@ -369,7 +459,9 @@ def test_no_reward_raises_and_each_returns_one_float_in_range_per_completion(com
         for reward in ALL_REWARDS:
             scores = reward(completions=completions, answer=[gold] * len(completions), trainer_state=None)
             assert len(scores) == len(completions)
-            assert all(isinstance(s, float) and 0.0 <= s <= 1.0 for s in scores)
+            no_opinion = reward in (rewards.correctness_reward, rewards.boxed_correctness_reward) and \
+                not rewards.readable_gold(rewards._gold_text(gold))  # TRL's convention: None for a gold it cannot read
+            assert all(s is None if no_opinion else isinstance(s, float) and 0.0 <= s <= 1.0 for s in scores)
 
 
 tool_call = st.fixed_dictionaries({"type": st.just("function"), "function": st.fixed_dictionaries(
