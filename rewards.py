@@ -698,8 +698,8 @@ def slow_path_budget(seconds: float | None = None):
         _SLOW_PATH_DEADLINE.reset(token)
 
 # Non-ASCII a model may write for LaTeX; any other (√, ², ½, other scripts' digits) makes an answer unreadable here.
-_UNICODE_MATH = {"\u2212": "-", "\u2013": "-", "\u00a0": " ", "\u2009": " ", "\u202f": " ", "\u00d7": r"\times ", "\u00f7": r"\div ", "\u22c5": r"\cdot ",
-                 "\u00b7": r"\cdot ", "\u03c0": r"\pi ", "\u2264": r"\le ", "\u2265": r"\ge ", "\u2260": r"\ne ",
+_UNICODE_MATH = {"\u2212": "-", "\u2013": "-", "\u00a0": " ", "\u2009": " ", "\u202f": " ", "\u00d7": r"\times ",
+                 "\u00f7": r"\div ", "\u22c5": r"\cdot ", "\u00b7": r"\cdot ", "\u03c0": r"\pi ", "\u2264": r"\le ", "\u2265": r"\ge ", "\u2260": r"\ne ",
                  "\u00b0": r"^\circ", "\u20ac": r"\euro ", "\u00a3": r"\pound ", "\u221e": r"\infty "}
 _THOUSANDS = re.compile(r"(?<![\d.])([1-9]\d{0,2}(?:,\d{3})+)(?![\d,]|\.\d*,)", re.ASCII)  # '1,800' (not '0,111')
 # 32,\!349  32,\! 349  14{,}916  1\,000  1~000: LaTeX's thousands separators, a digit group of three after each
@@ -871,12 +871,14 @@ def answers_match(predicted: str | None, gold) -> bool:
 
     Equal: '18', '18.0', '$18', '18 dollars', '\boxed{18}', '1,800' (gold 1800), '.5' and '\frac12' (gold 0.5),
     '\frac{36}{2}', '2 * 9', '\sqrt{324}' (gold 18), 'x = \frac{1}{2}', '125\text{ miles}', '90^\circ' (gold 90),
-    '18\%' (gold 18), '75\%' (gold 0.75: one reading of a percent per gold, a fraction below 1), '32,\!349', '1 000' (gold 1000), '1.6e3' (gold 1600), '60 km/h', 'USD 18', symbolic answers ('\pi', 'y+x' for 'x+y'), tuples and intervals when the
-    gold is one. Never equal: several answers ('17, 18', '17 or 18', '\pm 3', '17 \\ 18'), prose around a number
-    ('the answer is 18', 'AZYUK2A'), a relation the gold does not have ('x < 5' for 5 or for 'x > 5'), a different
-    value ('5!', '2\sqrt{3}' for 2, '5\text{ thousand}' for 5, '0,111' for 111), units that differ from the gold's.
-    Plain numbers are compared exactly in-process (fast path); other expressions go to math-verify (slow path), in a
-    killable child process, which must read the whole answer. Answers over MAX_ANSWER_CHARS are never one answer.
+    '18\%' (gold 18), '75\%' (gold 0.75: one reading of a percent per gold, a fraction below 1), '32,\! 349',
+    '1 000' (gold 1000), '1.6e3' (gold 1600), '60 km/h', 'USD 18', symbolic answers ('\pi', 'y+x' for 'x+y'), tuples
+    and intervals when the gold is one. Never equal: several answers ('17, 18', '17 or 18', '\pm 3', '17 \\ 18'),
+    prose around a number ('the answer is 18', 'AZYUK2A'), a relation the gold does not have ('x < 5' for 5 or for
+    'x > 5'), a different value ('5!', '2\sqrt{3}' for 2, '5\text{ thousand}' for 5, '0,111' for 111, '1800\%' for
+    18), an approximation ('~18'), units that differ from the gold's. Plain numbers are compared exactly in-process
+    (fast path); other expressions go to math-verify (slow path), in a killable child process, which must read the
+    whole answer, within the batch's slow_path_budget. Answers over MAX_ANSWER_CHARS are never one answer.
     """
     if not isinstance(predicted, str) or gold is None or len(predicted) > MAX_ANSWER_CHARS:
         return False

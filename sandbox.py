@@ -20,21 +20,24 @@ interpreter costs a few milliseconds, against tens for a fresh `python -c` (benc
 | mechanism (engine)                        | what it guarantees                                                       |
 |---|---|
 | bubblewrap (`bwrap`): user, PID, network, IPC, UTS namespaces and a private mount tree, for the zygote and every call | the code sees only read-only system and Python trees (no home, no project, no /run, no /sys), no process outside the sandbox (the trainer's PID, command line and environment do not exist there), no network interface and no Unix socket of the host; when the trainer exits, the zygote reads the end of its input and the namespace ends |
-| the zygote's own user and mount namespace with a tmpfs for the calls (/sandbox, also /tmp and /dev/shm), capped in bytes and files (needs bubblewrap's namespaces) | the only writable place is the calls' directory; it is emptied after each call |
-| Landlock (kernel 5.13+; the `landlockpy` package) | reads only in the system and Python trees, writes only in the call's directory, no TCP (ABI 4+), no signals or abstract Unix sockets outside the call (ABI 6+), no tracing of any process outside the call |
-| seccomp (libseccomp through `pyseccomp`), with no_new_privs | no new processes or threads, no sockets at all, no ptrace or process_vm_*, no signals or prlimit to any other process, no mount/unshare/setns, keyrings, bpf, perf, userfaultfd, io_uring, Landlock rule changes or IPC objects that outlive a call |
-| setrlimit | CPU time, address space (memory), file size; no processes (RLIMIT_NPROC = 0); no core files |
-| the zygote | a wall-clock deadline and a byte cap on the child's report, then SIGKILL and reaping of the child (which cannot have started another process); the calls' directory emptied; not dumpable and without capabilities, so a child cannot trace it or inherit any; a child keeps no file descriptor but its standard streams and its report pipe |
-| without bubblewrap, as root | a throwaway user id for the children, as a further layer |
+| each call's own user and mount namespace with a fresh tmpfs (/sandbox, also /tmp and /dev/shm), capped in bytes and files (needs bubblewrap's namespaces) | the only writable place is the call's directory, and it ends with the call: no file, attribute, time or full disk reaches the next one |
+| Landlock (kernel 5.13+; the `landlockpy` package), a ruleset per call | reads only in the system and Python trees, writes only in the call's directory, no TCP (ABI 4+), no signals or abstract Unix sockets outside the call (ABI 6+), no tracing of any process outside the call |
+| seccomp (libseccomp through `pyseccomp`), with no_new_privs | no new processes or threads, no sockets at all, no ptrace or process_vm_*, no signals or prlimit to any other process (nor by I/O ownership: F_SETOWN, F_SETSIG, FIOSETOWN), no PR_SET_DUMPABLE, memfd_create, statmount/listmount, mount/unshare/setns, keyrings, bpf, perf, userfaultfd, io_uring, Landlock rule changes or IPC objects that outlive a call; without bubblewrap's read-only tree, no chmod/chown/utime/xattr/truncate |
+| setrlimit | CPU time, address space (memory), file size, 128 descriptors; no processes (RLIMIT_NPROC = 0); no core files |
+| the zygote | a wall-clock deadline and a cap on the child's report (max_output characters, cut where decoded), then SIGKILL and reaping of the child (which cannot have started another process); the preloaded modules' random generators reseeded per call; not dumpable and without capabilities, so a child cannot trace it or inherit any; a child keeps no file descriptor but its standard streams and its report pipe |
+| engine="landlock" (by name only), as root | a new directory per call on the host's disk, removed after it by an iterative, descriptor-relative clean-up (a fresh zygote if anything survives); a throwaway user id for the children |
 
-The isolation floor, checked when the sandbox starts: seccomp, and either bubblewrap's namespaces or Landlock. Where
+The isolation floor, checked when the sandbox starts: seccomp, and bubblewrap's namespaces with a tmpfs per call
+(engine="bubblewrap", the default) or Landlock (engine="landlock", the weaker mode, only when asked for by name). Where
 the machine cannot provide it, `Sandbox.start()` refuses with one line naming what is missing and how to get it,
 unless `unsafe_without_isolation=True` (then only the resource limits, the zygote's deadline and whatever mechanisms
-this machine has apply). `protections()` reports which mechanisms hold here; tests/test_sandbox.py runs every attack
-both as root and as an ordinary user. Where each engine works: bubblewrap needs user namespaces (root anywhere they are
-not blocked; users where unprivileged ones are allowed: Debian, Fedora, Ubuntu up to 23.04, Ubuntu 24.04 only for a
-`bwrap` with an AppArmor profile that allows `userns`); Landlock needs it in the kernel's LSM list (Ubuntu 22.04+,
-Debian 12+, Fedora); seccomp is everywhere on Linux. macOS has none of these: the sandbox refuses there.
+this machine has apply). docs/sandbox.md says what each mode stops, and on which kernels. `protections()` reports
+which mechanisms hold here (`describe()` as one line); tests/test_sandbox.py runs every attack as root and as an
+ordinary user, in both modes, and at older Landlock ABIs. Where each engine works: bubblewrap needs user namespaces
+(root anywhere they are not blocked; users where unprivileged ones are allowed: Debian, Fedora, Ubuntu up to 23.04,
+Ubuntu 24.04 only for a `bwrap` with an AppArmor profile that allows `userns`); Landlock needs it in the kernel's LSM
+list (Ubuntu 22.04+, Debian 12+, Fedora); seccomp is everywhere on Linux. macOS has none of these: the sandbox refuses
+there.
 """
 
 import ast

@@ -53,10 +53,9 @@ def make_completion(rng: random.Random) -> tuple[str, str, bool]:
     if kind < 0.50:
         variant = rng.choice([f"${gold}", f"{gold}.0", f"{gold:,}", f"\\boxed{{{gold}}}", f"{gold} dollars"])
         return wrap(variant), str(gold), True
-    if kind < 0.54:
-        return wrap(f"\\frac{{{gold * 2}}}{{2}}"), str(gold), True
-    if kind < 0.55:  # expressions only math-verify can read: the slow path
-        return wrap(rng.choice([f"{gold} \\cdot 1", f"2 \\times {gold / 2:g}", f"\\sqrt{{{gold * gold}}}"])), str(gold), True
+    if kind < 0.55:  # arithmetic left undone: equal in value, but not an answer to a GSM8K question (refused on purpose)
+        return wrap(rng.choice([f"\\frac{{{gold * 2}}}{{2}}", f"{gold} \\cdot 1", f"2 \\times {gold / 2:g}",
+                                f"\\sqrt{{{gold * gold}}}"])), str(gold), False
     if kind < 0.75:
         return wrap(gold + rng.randint(1, 9)), str(gold), False
     if kind < 0.85:
@@ -102,16 +101,16 @@ def main() -> None:
     rewards.answers_match("2 \\cdot 1", "2")  # start the math-verify worker outside the timed runs
     print(f"math-verify worker start: {time.perf_counter() - start:.2f} s (once per process)")
     rewards.VERIFY_STATS.clear()
-    rewards._math_verify_equal.cache_clear()
+    rewards._math_verify_cached.cache_clear()
 
     slow_seconds = 0.0
     timed_equal = rewards._MATH_VERIFY.equal
 
-    def equal_timed(predicted, gold):
+    def equal_timed(*args, **kwargs):
         nonlocal slow_seconds
         start = time.perf_counter()
         try:
-            return timed_equal(predicted, gold)
+            return timed_equal(*args, **kwargs)
         finally:
             slow_seconds += time.perf_counter() - start
 
@@ -151,6 +150,37 @@ def main() -> None:
           f"{false_credit}, missed {missed}); slow path share {rewards.VERIFY_STATS['slow'] / len(math_data):.1%}, "
           f"{1000 * slow_seconds / max(rewards.VERIFY_STATS['slow'], 1):.1f} ms an answer in math-verify "
           f"({dict(rewards.VERIFY_STATS)})")
+
+
+    worst_cases()
+
+
+def degenerate_batch(size: int = 64, characters: int = 32_000) -> list:
+    """What a collapsing policy writes: the template, truncated and repeated, ~8K tokens per completion."""
+    pieces = ["<reasoning>\n", "3 + 4 = 7\n", "</reasoning>\n", "<answer>\n", "7\n", "</answer>\n"]
+    generator, batch = random.Random(0), []
+    for _ in range(size):
+        parts = []
+        while sum(map(len, parts)) < characters:
+            parts += pieces[:generator.randint(1, len(pieces))]
+        batch.append([{"role": "assistant", "content": "".join(parts)}])
+    return batch
+
+
+def worst_cases() -> None:
+    """The rubric's worst batches: degenerate completions, and answers that each cost math-verify seconds."""
+    batch = degenerate_batch()
+    start = time.perf_counter()
+    for reward in REWARD_FUNCS:
+        reward(completions=batch, answer=["7"] * len(batch))
+    print(f"worst case, 64 degenerate completions of ~8K tokens, GSM8K rubric: {time.perf_counter() - start:.3f} s")
+    rewards.VERIFY_STATS.clear()
+    slow = [[{"role": "assistant", "content": f"<answer>\\binom{{{300_000 + i}}}{{{150_000 + i}}}</answer>"}]
+            for i in range(64)]
+    start = time.perf_counter()
+    rewards.correctness_reward(slow, answer=["\\frac{1}{2}"] * len(slow))
+    print(f"worst case, 64 answers that each stall math-verify, correctness_reward: {time.perf_counter() - start:.1f} s "
+          f"(slow-path budget {rewards.SLOW_PATH_SECONDS_PER_BATCH:g} s a batch; {dict(rewards.VERIFY_STATS)})")
 
 
 if __name__ == "__main__":

@@ -4,8 +4,11 @@
 
 The baseline gets less isolation than the sandbox, not more: its own session, CPU/memory/file-size/process limits, a
 fresh temporary directory, a scrubbed environment and an empty network namespace (where allowed), but no mount or PID
-namespace, no Landlock and no seccomp. Prints the protections in force, calls/second and p50/p99 latency for both, a
-call that imports sympy, and what a hostile call (a timeout, a 4,096-file flood, a memory bomb) costs the next call.
+namespace, no Landlock and no seccomp. Prints the protections in force, calls/second and p50/p95/p99 latency for both,
+a call that imports sympy, what a hostile call (a timeout, a 4,096-file flood, a memory bomb) costs the next call, and
+the recipe's own tool (tool_use_grpo.python, one rollout's interpreter) in a process that also holds what a trainer
+does (torch, TRL, a model that has run a forward pass), beside a fresh `python -c` measured in the same run, with
+bubblewrap and with engine="landlock".
 """
 
 import argparse
@@ -61,8 +64,9 @@ def measure(name: str, call, n: int) -> None:
         call(CALLS[i % len(CALLS)])
         latencies.append(1000 * (time.perf_counter() - t))
     seconds = time.perf_counter() - start
-    p99 = statistics.quantiles(latencies, n=100)[98]
-    print(f"{name:>28}: {n / seconds:7.1f} calls/s   p50 {statistics.median(latencies):6.1f} ms   p99 {p99:6.1f} ms")
+    cuts = statistics.quantiles(latencies, n=100)
+    print(f"{name:>28}: {n / seconds:7.1f} calls/s   p50 {statistics.median(latencies):6.1f} ms   p95 {cuts[94]:6.1f} ms"
+          f"   p99 {cuts[98]:6.1f} ms")
 
 
 def main() -> None:
@@ -96,6 +100,30 @@ def main() -> None:
         print(f"{'next call after ' + name:>34}: p50 {statistics.median(after):6.1f} ms, max {max(after):6.1f} ms")
     light.close()
     recipe.close()
+    in_a_trainer_process(args.calls)
+
+
+def in_a_trainer_process(calls: int) -> None:
+    """The recipe's tool where it runs in training: a process holding torch, TRL and a model."""
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    import tool_use_grpo
+
+    model = Qwen2ForCausalLM(Qwen2Config(vocab_size=4096, hidden_size=256, intermediate_size=512, num_hidden_layers=4,
+                                         num_attention_heads=4, num_key_value_heads=2))
+    with torch.no_grad():
+        model(torch.randint(0, 4096, (8, 256)))  # torch's thread pools and a model's memory, as in a trainer
+    for engine in ("bubblewrap", "landlock"):
+        tool_use_grpo.SANDBOX.close()
+        tool_use_grpo.SANDBOX.engine = engine
+        print(sandbox.describe(tool_use_grpo.SANDBOX.start()))
+        tool = tool_use_grpo.PythonInterpreter()
+        tool.reset()
+        tool_use_grpo.TOOL_BUDGET.seconds_per_step = float("inf")
+        measure(f"recipe's tool ({engine})", tool.python, calls)
+        measure("fresh `python -c` per call", fresh_process_call, calls)
+    tool_use_grpo.SANDBOX.close()
 
 
 def _timed(call, code: str) -> float:

@@ -18,7 +18,7 @@ def test_bench_rewards_prints_throughput_agreement_and_slow_path_share():
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.count("completions/s") >= 2
     assert "grpo-recipes" in proc.stdout and "correctness agrees with truth on 100.0%" in proc.stdout
-    assert "slow path share" in proc.stdout
+    assert "slow path share" in proc.stdout and proc.stdout.count("worst case") == 2
 
 
 @pytest.mark.slow  # 13-35 s: with the learning checks, to keep the default suite under 10 minutes
@@ -26,7 +26,8 @@ def test_bench_sandbox_prints_latency_for_the_sandbox_and_the_fresh_process_base
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_sandbox.py"), "--calls", "20"],
                           capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert proc.stdout.count("calls/s") == 3 and "sympy call" in proc.stdout
+    assert proc.stdout.count("calls/s") == 7 and "sympy call" in proc.stdout
+    assert "recipe's tool (bubblewrap)" in proc.stdout and "recipe's tool (landlock)" in proc.stdout
 
 
 @pytest.mark.slow  # 13-35 s: with the learning checks, to keep the default suite under 10 minutes

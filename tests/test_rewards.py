@@ -245,22 +245,10 @@ def test_an_unreadable_gold_gives_no_opinion_as_trls_rewards_do():
     assert cosine(completions, completion_ids=[[0] * 10] * 3, answer=golds)[1:] == [None, None]
 
 
-def degenerate_batch(size=64, characters=32_000):
-    """What a collapsing policy writes: the template, truncated and repeated, ~8K tokens per completion."""
-    import random
-
-    pieces = ["<reasoning>\n", "3 + 4 = 7\n", "</reasoning>\n", "<answer>\n", "7\n", "</answer>\n"]
-    generator, batch = random.Random(0), []
-    for _ in range(size):
-        parts = []
-        while sum(map(len, parts)) < characters:
-            parts += pieces[:generator.randint(1, len(pieces))]
-        batch.append(chat("".join(parts)))
-    return batch
-
-
 def test_a_batch_of_degenerate_completions_scores_in_under_a_second():
     import time
+
+    from benchmarks.bench_rewards import degenerate_batch
 
     batch = degenerate_batch()
     start = time.perf_counter()
