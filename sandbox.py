@@ -100,7 +100,9 @@ SELF_ONLY_SYSCALLS = ("kill", "tkill", "tgkill", "rt_sigqueueinfo", "rt_tgsigque
 METADATA_SYSCALLS = (
     "chmod", "fchmod", "fchmodat", "fchmodat2", "chown", "fchown", "lchown", "fchownat", "utime", "utimes",
     "futimesat", "utimensat", "setxattr", "lsetxattr", "fsetxattr", "removexattr", "lremovexattr", "fremovexattr",
-    "setxattrat", "removexattrat", "file_setattr", "truncate")
+    "setxattrat", "removexattrat", "file_setattr", "truncate", "openat2")
+# ... and opening a file read-only with O_TRUNC, which truncates it where Landlock (ABI <= 2) sees only a read.
+READ_ONLY_TRUNCATE = {"open": 1, "openat": 2}  # syscall: the argument that holds the open flags
 # Syscalls newer than many libseccomp releases, by number: since Linux 5.1 a new syscall has one number on every
 # architecture but alpha (asm-generic/unistd.h), so these hold on x86_64 and aarch64 alike.
 NEW_SYSCALL_NUMBERS = {"fchmodat2": 452, "statmount": 457, "listmount": 458, "lsm_set_self_attr": 460,
@@ -580,6 +582,8 @@ def _build_seccomp(others: list[int] | None = None, metadata: bool = True):
         except (OSError, ValueError):  # unknown to this libseccomp, or absent on this architecture
             if generic and name in NEW_SYSCALL_NUMBERS:
                 rules.add_rule(denied, NEW_SYSCALL_NUMBERS[name])
+    for name, argument in READ_ONLY_TRUNCATE.items() if metadata else ():
+        rules.add_rule(denied, name, seccomp.Arg(argument, seccomp.MASKED_EQ, os.O_TRUNC | os.O_ACCMODE, os.O_TRUNC))
     for name, (argument, values) in DENIED_ARGUMENTS.items():
         for value in values:
             rules.add_rule(denied, name, seccomp.Arg(argument, seccomp.MASKED_EQ, 0xFFFFFFFF, value))

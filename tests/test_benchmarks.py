@@ -19,6 +19,8 @@ def test_bench_rewards_prints_throughput_agreement_and_slow_path_share():
     assert proc.stdout.count("completions/s") >= 2
     assert "grpo-recipes" in proc.stdout and "correctness agrees with truth on 100.0%" in proc.stdout
     assert "slow path share" in proc.stdout and proc.stdout.count("worst case") == 2
+    stalled = proc.stdout.split("each stall math-verify, correctness_reward: ")[1]
+    assert float(stalled.split(" s")[0]) < 15.0  # 64 answers that each cost math-verify seconds, in one batch
 
 
 @pytest.mark.slow  # 13-35 s: with the learning checks, to keep the default suite under 10 minutes

@@ -1,12 +1,12 @@
 """sandbox.py: a boundary that hostile code cannot cross, as root and as an ordinary user, in every mode it accepts.
 
-Every attack runs in four settings: "root" (the trainer is this test process, as on Colab) and "user" (the trainer is
-tests/sandbox_trainer.py started as uid 65534 with its own clone of sandbox.py, its own venv and its own home holding
-a .netrc and an HF token, as on most GPU boxes), each with bubblewrap (the default engine) and with
-engine="landlock" (the weaker mode a user names where bubblewrap cannot run). Each attack must fail, return within
-the time limit, leave no process or file behind, and cost the next call less than 100 ms. Older kernels are
-reproduced by capping the Landlock ABI (max_landlock_abi): Ubuntu 24.04's ABI 4, ABI 2, and bubblewrap without
-Landlock.
+Every attack runs in four settings (the Landlock-only two with -m slow): "root" (the trainer is this test process, as
+on Colab) and "user" (the trainer is tests/sandbox_trainer.py started as uid 65534 with its own clone of sandbox.py,
+its own venv and its own home holding a .netrc and an HF token, as on most GPU boxes), each with bubblewrap (the
+default engine) and with engine="landlock" (the weaker mode a user names where bubblewrap cannot run). Each attack
+must fail, return within the time limit, leave no process or file behind, and cost the next call less than 100 ms.
+Older kernels are reproduced by capping the Landlock ABI (max_landlock_abi): Ubuntu 24.04's ABI 4, ABI 2, and
+bubblewrap without Landlock.
 """
 
 import json
@@ -110,7 +110,8 @@ class UserTrainer:
 SETTINGS = {"root": {}, "user": {}, "root-landlock": {"engine": "landlock"}, "user-landlock": {"engine": "landlock"}}
 
 
-@pytest.fixture(scope="module", params=sorted(SETTINGS))
+@pytest.fixture(scope="module", params=[pytest.param(name, marks=[pytest.mark.slow] * name.endswith("landlock"))
+                                        for name in sorted(SETTINGS)])  # Landlock-only: 30 s more, in the slow tier
 def trainer(request):
     if os.geteuid() != 0:
         pytest.skip("both settings are started from root (as CI runs); as a user, run tests/sandbox_trainer.py")
@@ -344,11 +345,15 @@ def signal_attacks(trainer) -> None:
 def metadata_attacks(trainer) -> None:
     """Modes, owners, times, attributes and lengths of what a call may not write: the home's secrets, the project,
     the output directory. Landlock does not cover these; the read-only mount tree or seccomp must."""
-    targets = [trainer.home / ".netrc", trainer.project_file, trainer.project_file.parent, trainer.output]
+    canary = trainer.site_packages / "grpo_canary.py"  # in the venv, which a call may read
+    canary.write_text("x = 1\n")
+    shutil.chown(canary, *((NOBODY, NOBODY) if trainer.setting.startswith("user") else (0, 0)))
+    targets = [trainer.home / ".netrc", trainer.project_file, trainer.project_file.parent, trainer.output, canary]
     before = {path: (path.stat(), path.read_bytes() if path.is_file() else None) for path in targets}
     acts = ("os.chmod(p, 0o777)", "os.chmod(p, 0)", "os.utime(p, (1, 1))", "os.setxattr(p, 'user.grpo', b'x')",
             "os.truncate(p, 0)", "os.chown(p, os.getuid(), os.getgid())",
-            "fd = os.open(p, os.O_RDONLY)\n        os.fchmod(fd, 0o777)")
+            "fd = os.open(p, os.O_RDONLY)\n        os.fchmod(fd, 0o777)",
+            "os.close(os.open(p, os.O_RDONLY | os.O_TRUNC))")
     try:
         code = "import os\ndone = []\nfor p in " + repr([str(t) for t in targets]) + ":\n" + "".join(
             f"    try:\n        {act}\n        done.append((p, {act.split('(')[0]!r}))\n    except OSError:\n"
@@ -361,6 +366,7 @@ def metadata_attacks(trainer) -> None:
     finally:
         for path, (stat, _) in before.items():
             os.chmod(path, stat.st_mode & 0o7777)
+        canary.unlink()
 
 
 def test_signals_through_a_pipe_reach_neither_the_zygote_nor_the_trainer(trainer):
