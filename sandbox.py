@@ -105,8 +105,12 @@ METADATA_SYSCALLS = (
 READ_ONLY_TRUNCATE = {"open": 1, "openat": 2}  # syscall: the argument that holds the open flags
 # Syscalls newer than many libseccomp releases, by number: since Linux 5.1 a new syscall has one number on every
 # architecture but alpha (asm-generic/unistd.h), so these hold on x86_64 and aarch64 alike.
-NEW_SYSCALL_NUMBERS = {"fchmodat2": 452, "statmount": 457, "listmount": 458, "lsm_set_self_attr": 460,
-                       "setxattrat": 463, "removexattrat": 466, "open_tree_attr": 467, "file_setattr": 469}
+NEW_SYSCALL_NUMBERS = {
+    "pidfd_send_signal": 424, "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427, "open_tree": 428,
+    "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432, "fspick": 433, "pidfd_open": 434, "clone3": 435,
+    "openat2": 437, "pidfd_getfd": 438, "process_madvise": 440, "mount_setattr": 442, "landlock_create_ruleset": 444,
+    "landlock_add_rule": 445, "memfd_secret": 447, "fchmodat2": 452, "statmount": 457, "listmount": 458,
+    "lsm_set_self_attr": 460, "setxattrat": 463, "removexattrat": 466, "open_tree_attr": 467, "file_setattr": 469}
 # Arguments that turn an allowed syscall into an attack: making a call dumpable again (a core dump would hand its
 # memory to a root helper such as apport or systemd-coredump), and naming a process to signal on I/O (fcntl's
 # F_SETOWN, F_SETOWN_EX, F_SETSIG; ioctl's FIOSETOWN, SIOCSPGRP), which passes signals around the kill() rules.

@@ -329,6 +329,16 @@ def test_the_mount_listing_syscalls_are_denied(trainer):
     assert hostile(trainer, code) == "[(-1, 1), (-1, 1)]"  # statmount, listmount: EPERM, not EINVAL or EFAULT
 
 
+def test_the_syscall_numbers_kept_for_an_older_libseccomp_are_the_kernels():
+    import pyseccomp
+
+    known = {name: pyseccomp.resolve_syscall(pyseccomp.Arch.NATIVE, name) for name in sandbox.NEW_SYSCALL_NUMBERS}
+    checked = {name: number for name, number in known.items() if number >= 0}  # -1: newer than this libseccomp too
+    assert len(checked) >= 15 and all(number == sandbox.NEW_SYSCALL_NUMBERS[name] for name, number in checked.items())
+    denied = set(sandbox.DENIED_SYSCALLS + sandbox.METADATA_SYSCALLS)
+    assert {name for name, number in known.items() if number < 0} <= denied  # and these are denied by number
+
+
 def signal_attacks(trainer) -> None:
     """Signals through the call's own pipe (F_SETOWN, F_SETOWN_EX, F_SETSIG, FIOSETOWN) aimed at the zygote and at
     the trainer: seccomp stops them whatever the Landlock ABI (ABI 6 scopes signals; older kernels do not)."""
