@@ -135,8 +135,6 @@ class Sandbox:
                  tmp_mb: int = 64, tmp_files: int = 4096, preload: tuple[str, ...] = PRELOAD, warmup: str = "",
                  engine: str = "bubblewrap", max_landlock_abi: int | None = None,
                  unsafe_without_isolation: bool = False):
-        if engine not in ENGINES:
-            raise ValueError(f"engine {engine!r}: use one of {', '.join(ENGINES)}")
         self.limits = {"timeout": timeout, "memory_mb": memory_mb, "max_output": max_output,
                        "file_size_mb": file_size_mb}
         self.tmp = {"tmp_mb": tmp_mb, "tmp_files": tmp_files}  # each call's directory
@@ -194,6 +192,8 @@ class Sandbox:
             self._stop_zygote()
 
     def _ensure_zygote(self) -> None:
+        if self.engine not in ENGINES:  # checked here: a recipe sets it from its flags after construction
+            raise ValueError(f"sandbox: unknown engine {self.engine!r}: use one of {', '.join(ENGINES)}")
         if self._zygote is not None and self._zygote.poll() is None:
             return
         self._stop_zygote()  # a dead one: reaped, and its directories removed

@@ -9,9 +9,8 @@ Jupyter or Colab (free T4):      notebooks/tool_use_grpo.ipynb, generated from t
 
 TRL's multi-turn loop (`GRPOTrainer(environment_factory=PythonInterpreter)`: one interpreter per rollout) parses
 each tool call from the completion, runs the tool, appends its result as a `tool` message and lets the model continue,
-up to `max_tool_calling_iterations` times. The tool's
-output tokens are masked out of the loss (TRL's tool_mask): the model is trained on what it wrote, never on what the
-interpreter printed. The interpreter runs in `sandbox.py`, never in the training process.
+up to `max_tool_calling_iterations` times. The tool's output tokens are masked out of the loss (TRL's tool_mask): the
+model is trained on what it wrote, never on what the interpreter printed. The interpreter runs in `sandbox.py`, never in the training process.
 """
 
 # %%

@@ -196,3 +196,12 @@ def test_a_sandbox_that_cannot_start_again_stops_the_run_in_one_line():
     finally:
         box.warmup = warmup
     assert tool_use_grpo.python("6 * 7") == "42"
+
+
+def test_an_unknown_sandbox_engine_is_one_line_not_a_weaker_mode():
+    args = tool_use_grpo.ScriptArguments(tool_sandbox="bubblewarp")
+    try:
+        with pytest.raises(SystemExit, match="unknown engine 'bubblewarp'"):
+            tool_use_grpo.setup_tools(args)
+    finally:
+        tool_use_grpo.SANDBOX.engine = "bubblewrap"
