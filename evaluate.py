@@ -4,9 +4,9 @@
     python evaluate.py tool_use_grpo --base_url https://api.example.com/v1 --model some-model --out rollouts.jsonl
 
 The server can be a hosted API, `vllm serve <model>`, or `transformers serve <model>`, including a checkpoint you just
-trained (the before/after loop). The recipe module (`gsm8k_grpo`, `tool_use_grpo`, `search_agent_grpo` or your fork)
-supplies everything through the contract in harness.py: `build_dataset`, `SYSTEM_PROMPT` (inside its prompts), `TOOLS`
-and `setup_tools`, `REWARD_FUNCS`, `REWARD_WEIGHTS`; the recipe's own flags (its ScriptArguments: `--dataset_path`,
+trained (the before/after loop). The recipe module (`gsm8k_grpo`, `tool_use_grpo`, `search_agent_grpo`, `code_grpo`
+or your fork) supplies everything through the contract in harness.py: `build_dataset`, `SYSTEM_PROMPT` (inside its
+prompts), `TOOLS` and `setup_tools`, `setup_rubric`, `REWARD_FUNCS`, `REWARD_WEIGHTS`; the recipe's own flags (its ScriptArguments: `--dataset_path`,
 `--corpus_path`, `--tool_timeout`, ...) are accepted here too. Tool calls go through the OpenAI tools API with the
 schemas TRL builds from the same functions, and run locally in the recipe's own tools (the sandbox, the search index),
 up to the recipe's `max_tool_calling_iterations`.
@@ -40,7 +40,8 @@ def parse_args(argv=None) -> tuple[argparse.Namespace, list[str]]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                      epilog="Any flag of the recipe's ScriptArguments (--dataset_path, --corpus_path, "
                                             "--index_dir, --tool_timeout, ...) is passed to the recipe.")
-    parser.add_argument("recipe", help="recipe module: gsm8k_grpo, tool_use_grpo, search_agent_grpo, or a fork's path")
+    parser.add_argument("recipe", help="recipe module: gsm8k_grpo, tool_use_grpo, search_agent_grpo, code_grpo, or a "
+                                       "fork's path")
     parser.add_argument("--base_url", required=True, help="OpenAI-compatible endpoint, e.g. http://localhost:8000/v1")
     parser.add_argument("--model", required=True, help="model name the server knows")
     parser.add_argument("--api_key", default=None, help="default: OPENAI_API_KEY, or 'none' for local servers")
@@ -156,8 +157,9 @@ def summarize(recipe, rows: list[dict], rollouts: int) -> str:
     total = statistics.mean(float(row["total"]) for row in ok) if ok else float("nan")
     lines.append(f"  {'weighted total':<40} {'':12} mean {total:6.3f}")
     attempted = lambda key: statistics.mean(float(row[key] and row["error"] is None) for row in rows)  # noqa: E731
-    lines.append(f"strict accuracy {attempted('strict'):.1%} (right, in the recipe's format)   "
-                 f"lenient accuracy {attempted('lenient'):.1%} (gold answer anywhere in the final message)")
+    lenient = (f"   lenient accuracy {attempted('lenient'):.1%} (gold answer anywhere in the final message)"
+               if any(row.get("answer") is not None for row in rows) else "")  # code_grpo's rows have tests instead
+    lines.append(f"strict accuracy {attempted('strict'):.1%} (right, in the recipe's format){lenient}")
     by_example = {}
     for row in rows:
         by_example.setdefault(row["example"], []).append(row["strict"] and row["error"] is None)
@@ -194,6 +196,7 @@ def main(argv=None) -> list[dict]:
     script_args = recipe_arguments(recipe, rest)
     # Ready the tools here (the sandbox refuses in one line, rather than as an error string in every rollout).
     tools = recipe.setup_tools(script_args) if harness.tools_of(recipe) else []
+    harness.setup_rubric(recipe, script_args)  # code_grpo: the test sandboxes, from its flags
     api_key = args.api_key or os.environ.get("OPENAI_API_KEY") or "none"  # local servers take any key
     client = OpenAI(base_url=args.base_url, api_key=api_key, timeout=args.timeout, max_retries=3)
     try:  # any HTTP answer means a server is there (transformers 5.17's serve fails /v1/models without a Hub cache)

@@ -10,6 +10,7 @@ offline.py and the demos. A recipe (or your fork of one) offers these module-lev
 | `REWARD_FUNCS`, `REWARD_WEIGHTS` | the rubric: reward functions in TRL's signature and one weight each |
 | `TOOLS` (optional) | the tool functions TRL calls; none: a single-turn recipe |
 | `setup_tools(script_args)` (with `TOOLS`) | readies the tools from the recipe's flags (starts the sandbox, loads the index) before any call, and returns the tools to run with |
+| `setup_rubric(script_args)` (optional) | readies what the rewards need from the recipe's flags (code_grpo.py: the test sandboxes) before any is scored |
 
 `load_recipe` imports a recipe by name or path and checks the contract, so a fork that lacks a name is one line that
 says which, not an AttributeError halfway through a run. The recipes' own `main()` uses the same names.
@@ -20,7 +21,7 @@ import importlib
 import sys
 from pathlib import Path
 
-RECIPES = ("gsm8k_grpo", "tool_use_grpo", "search_agent_grpo")
+RECIPES = ("gsm8k_grpo", "tool_use_grpo", "search_agent_grpo", "code_grpo")
 REQUIRED = ("ScriptArguments", "RECIPE_DEFAULTS", "SYSTEM_PROMPT", "build_dataset", "REWARD_FUNCS", "REWARD_WEIGHTS")
 SCRIPT_FIELDS = ("dataset_path", "num_eval_examples")
 
@@ -59,6 +60,12 @@ def check_contract(recipe) -> None:
     if missing:
         sys.exit(f"recipe {recipe.__name__} does not offer {', '.join(missing)}: harness.py lists what a recipe "
                  "offers the scripts that run it")
+
+
+def setup_rubric(recipe, script_args) -> None:
+    """Ready the recipe's rewards from its flags, where it needs that (setup_rubric); nothing otherwise."""
+    if callable(getattr(recipe, "setup_rubric", None)):
+        recipe.setup_rubric(script_args)
 
 
 def tools_of(recipe) -> list:

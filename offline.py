@@ -2,13 +2,16 @@
 
     python offline.py                    # ~8 s: toy data, the tiny model, gsm8k_grpo.yaml and sft_warmstart.yaml
     python offline.py --tools --search   # + warm starts that call the tools (~30 s each) and their configs
+    python offline.py --code             # + toy code problems, a tiny model warm-started to write code, its config
     python gsm8k_grpo.py --config offline/gsm8k_grpo.yaml
 
 offline/gsm8k_toy/{train,test}.jsonl    toy word problems in GSM8K form (`question`, `answer` ending "#### n")
 offline/search_toy/                     a generated corpus (corpus.jsonl) and two-hop questions for the search agent
+offline/code_toy/{train,test}.jsonl     toy function-writing problems in MBPP's form (text, code, test_list)
 offline/tiny-qwen2/                     a random Qwen2ForCausalLM (~0.17M parameters) with a byte-level BPE tokenizer
                                         trained on the kit's text and TRL's bundled Qwen2.5 chat template
 offline/tiny-qwen2-{tools,search}/      the same model after a short SFT on tool-call conversations (--tools, --search)
+offline/tiny-qwen2-code*/               with --code: a tiny model with a tokenizer trained on code, and its warm start
 offline/tiny-qwen3*/                    with --thinking, instead: Qwen3's chat template (enable_thinking), warm starts
                                         that think before each turn, and configs with `thinking: true`
 offline/<recipe>.yaml                   a `--config` for each recipe that trains on the above on CPU
@@ -77,6 +80,56 @@ def write_toy_gsm8k(out_dir: str | Path, n_train: int = 48, n_test: int = 16, se
             for _ in range(n):
                 f.write(json.dumps(_problem(rng)) + "\n")
     return out_dir
+
+
+# Toy functions, each family a template: (name, what the text asks for, the body, how to draw an argument).
+CODE_FAMILIES = [
+    ("add_{k}", "returns x plus {k}", "return x + {k}", lambda rng: rng.randint(-50, 50)),
+    ("times_{k}", "returns x times {k}", "return x * {k}", lambda rng: rng.randint(-20, 20)),
+    ("minus_{k}", "returns x minus {k}", "return x - {k}", lambda rng: rng.randint(-50, 50)),
+    ("repeat_{k}", "returns the string s repeated {k} times", "return s * {k}",
+     lambda rng: "".join(rng.choice("abcxyz") for _ in range(rng.randint(1, 3)))),
+]
+
+
+def code_problem(rng: random.Random, task_id: int) -> dict:
+    """One function-writing problem in MBPP's form: text, the reference code, three assert tests."""
+    name, asks, body, draw = rng.choice(CODE_FAMILIES)
+    k = rng.randint(2, 9)
+    name, asks, body = name.format(k=k), asks.format(k=k), body.format(k=k)
+    param = "s" if "s *" in body else "x"
+    code = f"def {name}({param}):\n    {body}"
+    function = {}
+    exec(code, function)  # the reference itself, to write the expected values
+    args = []
+    while len(args) < 3:
+        if (arg := draw(rng)) not in args and function[name](arg) != arg:
+            args.append(arg)
+    return {"task_id": task_id, "text": f"Write a function that {asks}.", "code": code, "test_setup_code": "",
+            "test_list": [f"assert {name}({a!r}) == {function[name](a)!r}" for a in args], "challenge_test_list": []}
+
+
+def write_toy_code(out_dir: str | Path, n_train: int = 48, n_test: int = 16, seed: int = 0) -> Path:
+    """Toy code problems in MBPP's form (train.jsonl, test.jsonl) for code_grpo.py."""
+    rng, out = random.Random(seed), Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    for split, n in (("train", n_train), ("test", n_test)):
+        rows = [code_problem(rng, i) for i in range(n)]
+        (out / f"{split}.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return out
+
+
+def code_conversations(data_dir: str | Path, split: str = "train") -> list[dict]:
+    """The toy code problems as code_grpo.py prompts them, answered with the reference in one code block."""
+    import code_grpo
+
+    conversations = []
+    for line in (Path(data_dir) / f"{split}.jsonl").read_text().splitlines():
+        row = json.loads(line)
+        prompt = code_grpo.mbpp_problem(row)["prompt"]
+        conversations.append({"messages": prompt + [{"role": "assistant",
+                                                     "content": f"```python\n{row['code']}\n```"}]})
+    return conversations
 
 
 def write_toy_search(out_dir: str | Path, n_people: int = 64, n_test: int = 16, seed: int = 0) -> Path:
@@ -293,6 +346,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out_dir", default="offline", help="where to write the kit")
     parser.add_argument("--tools", action="store_true", help="also warm-start a model for tool_use_grpo.py")
     parser.add_argument("--search", action="store_true", help="also a search corpus and a model for search_agent_grpo")
+    parser.add_argument("--code", action="store_true", help="also toy code problems and a model for code_grpo.py")
     parser.add_argument("--thinking", action="store_true", help="a thinking model instead (tiny-qwen3*): Qwen3's chat "
                         "template, warm starts that think before each turn, and configs with thinking: true")
     parser.add_argument("--vllm", action="store_true", help="models vLLM's CPU build accepts: hidden size 128, so "
@@ -354,7 +408,28 @@ def main(argv: list[str] | None = None) -> None:
                          "max_tool_calling_iterations": 3, "output_dir": str(out / "runs" / "search_agent_grpo")}
         (out / "search_agent_grpo.yaml").write_text(yaml.safe_dump(search_config, sort_keys=False))
         written += [search_model, out / "search_agent_grpo.yaml"]
+    if args.code:
+        written += write_code_kit(out, config, args)
     print("wrote " + ", ".join(map(str, written)))
+
+
+def write_code_kit(out: Path, config: dict, args) -> list[Path]:
+    """--code: toy problems, a tiny model whose tokenizer learned code, its warm start and code_grpo.yaml."""
+    import yaml
+    from trl.chat_template_utils import qwen2_5_chat_template
+
+    code_dir = write_toy_code(out / "code_toy", seed=args.seed)
+    conversations = code_conversations(code_dir)
+    corpus = [json.dumps(c) for c in conversations] + [qwen2_5_chat_template] + [
+        line for split in ("train", "test") for line in (code_dir / f"{split}.jsonl").read_text().splitlines()]
+    base = build_tiny_model(out / "tiny-qwen2-code", corpus, vocab_size=1024, seed=args.seed,
+                            hidden_size=128 if args.vllm else 64)
+    model = warm_start(base, out / "tiny-qwen2-code-sft", conversations, [], steps=args.sft_steps, seed=args.seed)
+    code_config = {**config, "model_name_or_path": str(model), "dataset_path": str(code_dir),
+                   "max_completion_length": 48, "test_workers": 1, "output_dir": str(out / "runs" / "code_grpo")}
+    code_config.pop("thinking", None)  # the code model is Qwen2.5's template
+    (out / "code_grpo.yaml").write_text(yaml.safe_dump(code_config, sort_keys=False))
+    return [code_dir, base, model, out / "code_grpo.yaml"]
 
 
 if __name__ == "__main__":

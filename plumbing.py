@@ -35,6 +35,7 @@ import huggingface_hub
 import torch
 import yaml
 from datasets import Dataset, load_dataset
+from datasets.data_files import EmptyDatasetError, get_data_patterns
 from transformers import AutoTokenizer, PrinterCallback, ProgressCallback
 from trl import GRPOConfig, GRPOTrainer, ModelConfig, TrlParser
 
@@ -195,8 +196,15 @@ def load_split(split: str, dataset_path: str | None, name: str | None = None, co
     datasets.disable_progress_bars()  # local files load in a blink; their bars are noise
     datasets.logging.set_verbosity(logging.CRITICAL)  # a bad line is reported below, once
     try:
-        if Path(dataset_path).is_dir():
-            return load_dataset(dataset_path, split=split)
+        if Path(dataset_path).is_dir():  # each split alone: a folder's splits may differ in their columns
+            try:
+                patterns = {str(name): files for name, files in get_data_patterns(dataset_path).items()}
+            except EmptyDatasetError:
+                sys.exit(f"{dataset_path}: no data files there; put {split}.jsonl (or .json, .parquet) in it")
+            if split not in patterns:
+                sys.exit(f"{dataset_path}: no {split!r} split there (it has {', '.join(patterns) or 'none'}); name "
+                         f"the files {split}.jsonl")
+            return load_dataset(dataset_path, data_files={split: patterns[split]}, split=split)
         file_format = "parquet" if dataset_path.endswith(".parquet") else "json"
         return load_dataset(file_format, data_files={"train": dataset_path}, split=split)
     except ValueError as err:

@@ -42,11 +42,13 @@ there.
 
 import ast
 import builtins
+import contextlib
 import ctypes
 import errno
 import json
 import os
 import platform
+import queue
 import resource
 import select
 import shutil
@@ -57,6 +59,7 @@ import tempfile
 import threading
 import time
 import traceback
+from concurrent.futures import ThreadPoolExecutor
 
 CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWNET = 0x00020000, 0x10000000, 0x40000000
 MS_BIND, MS_NOSUID, MS_NODEV = 4096, 2, 4
@@ -116,6 +119,7 @@ NEW_SYSCALL_NUMBERS = {
 # F_SETOWN, F_SETOWN_EX, F_SETSIG; ioctl's FIOSETOWN, SIOCSPGRP), which passes signals around the kill() rules.
 DENIED_ARGUMENTS = {"prctl": (0, (PR_SET_DUMPABLE,)), "fcntl": (1, (8, 15, 10)), "ioctl": (1, (0x8901, 0x8902))}
 ENGINES = ("bubblewrap", "landlock")
+MESSAGE_BYTES = 1_000_000  # the longest answer a session's child may give to one message
 
 
 class SandboxUnavailable(RuntimeError):
@@ -181,6 +185,25 @@ class Sandbox:
                 return f"Error: the sandbox failed ({err.__class__.__name__}); try again", time.monotonic() - start
             self._stop_zygote()  # unresponsive or dead: the next call starts a fresh one
             return "Error: the sandbox crashed while running this code", time.monotonic() - start
+
+    @contextlib.contextmanager
+    def session(self, program: str, seconds: float | None = None):
+        """A confined child that lives for the block and answers messages: yields a Session.
+
+        `program` is the caller's own Python (trusted), run in the child with `channel` in its namespace:
+        `channel.receive()` returns the next message, `channel.send(text)` answers it (one line each way). The child
+        has a call's limits and confinement, `seconds` of CPU time in all (default: the timeout), and a directory of
+        its own; it holds this sandbox for the block (one child at a time) and is killed when the block ends.
+        """
+        with self._lock:
+            self._ensure_zygote()
+            cpu = seconds or self.limits["timeout"]
+            session = Session(self, cpu)
+            try:
+                session._write({"program": program, **self.limits, "timeout": cpu})
+                yield session
+            finally:
+                session._close()
 
     def protections(self) -> dict:
         """The mechanisms in force here (see the module docstring): engine, namespaces, fresh_tmp, landlock (ABI,
@@ -253,6 +276,45 @@ class Sandbox:
             self._zygote = None
             if self._protections.get("calls_dir"):  # without bubblewrap, the calls' directories are on this disk
                 _remove_tree(self._protections["calls_dir"])
+
+
+class Session:
+    """One message at a time to a Sandbox.session's child, and its answer (Sandbox.session says how to open one)."""
+
+    def __init__(self, sandbox: Sandbox, seconds: float):
+        self.sandbox, self.seconds = sandbox, seconds
+        self.ended: str | None = None  # why the child can answer no more: timed out, exited, answered too much
+
+    def ask(self, message: str, timeout: float) -> str | None:
+        """Send one line; the child's one-line answer within `timeout` seconds, or None once it has ended (the
+        reason is in `ended`; a child that has ended answers nothing again)."""
+        if self.ended is None:
+            reply = self._write({"send": message.replace("\n", " "), "timeout": max(timeout, 0.0)}, timeout)
+            self.ended = reply.get("ended")
+            if self.ended is None:
+                return reply["answer"]
+        return None
+
+    def _write(self, request: dict, timeout: float = 0.0) -> dict:
+        zygote = self.sandbox._zygote
+        try:
+            zygote.stdin.write(json.dumps(request) + "\n")
+            zygote.stdin.flush()
+            ready, _, _ = select.select([zygote.stdout], [], [], timeout + 10)
+            line = zygote.stdout.readline() if ready else ""
+            if line:
+                return json.loads(line)
+        except (OSError, ValueError):
+            pass
+        self.sandbox._stop_zygote()  # unresponsive or dead: the next call starts a fresh one
+        raise SandboxUnavailable("sandbox: the zygote stopped answering during a session")
+
+    def _close(self) -> None:
+        if self.sandbox._zygote is None:
+            return
+        reply = self._write({"close": True})
+        if reply.get("restart"):  # something of the session outlived it: no later call may see it
+            self.sandbox._stop_zygote()
 
 
 _WEAKER_MODES = ("; where user namespaces cannot be had, engine='landlock' (tool_use_grpo.py: --tool_sandbox landlock) "
@@ -402,7 +464,11 @@ def _zygote(config_json: str) -> None:
             workdir = CALL_DIR if in_bwrap else tempfile.mkdtemp(dir=base)  # a new one, never seen by another call
             if uid is not None:
                 os.chown(workdir, uid, uid)
-            result = _run_in_child(request, workdir, confinement, libc)
+            if "program" in request:  # a session: the lines that follow are its messages, until it is closed
+                _serve_session(request, workdir, confinement, libc, sys.stdin)
+                result = None
+            else:
+                result = _run_in_child(request, workdir, confinement, libc)
             kept = not in_bwrap and not _remove_tree(workdir)  # with bubblewrap the call's tmpfs died with it
             print(json.dumps({"result": result, "restart": kept}), flush=True)
             if kept:
@@ -610,7 +676,7 @@ def _run_in_child(request: dict, workdir: str, confinement: dict, libc) -> str:
     if pid == 0:  # the child: confine, run, report, exit without cleanup handlers
         os.close(read_end)
         try:
-            _confine(workdir, request, confinement, libc, write_end)
+            _confine(workdir, request, confinement, libc, keep=(write_end,))
             result = _execute(request["code"], request["max_output"])
         except BaseException as err:  # noqa: BLE001 - the confinement itself failed: run nothing
             result = f"Error: sandbox setup failed: {err}"
@@ -635,6 +701,90 @@ def _run_in_child(request: dict, workdir: str, confinement: dict, libc) -> str:
     return "Error: the code exited without a result"
 
 
+def _serve_session(request: dict, workdir: str, confinement: dict, libc, lines) -> None:
+    """Start a session's child, then relay each message line to it and its answer back, until the caller closes it.
+    The child is killed when it times out, exits, or answers more than MESSAGE_BYTES in one line."""
+    inbox_read, inbox_write = os.pipe()
+    outbox_read, outbox_write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: confine, run the caller's program with its channel, exit without cleanup handlers
+        os.close(inbox_write)
+        os.close(outbox_read)
+        try:
+            _confine(workdir, request, confinement, libc, keep=(inbox_read, outbox_write))
+            sys.stdout = sys.stderr = _CappedOutput(request["max_output"])  # prints go nowhere, in bounded memory
+            exec(compile(request["program"], "<session>", "exec"),
+                 {"__name__": "__main__", "__builtins__": builtins, "channel": _Channel(inbox_read, outbox_write)})
+        finally:
+            os._exit(0)
+    os.close(inbox_read)
+    os.close(outbox_write)
+    os.set_blocking(inbox_write, False)
+    print(json.dumps({"started": True}), flush=True)
+    ended, pending = None, b""
+    for line in lines:
+        message = json.loads(line)
+        if "close" in message:
+            break
+        if ended is None:
+            answer, ended, pending = _relay(inbox_write, outbox_read, message, pending)
+        if ended is not None:
+            os.kill(pid, signal.SIGKILL)  # a child that ran out of time stops computing now
+        print(json.dumps({"answer": answer} if ended is None else {"ended": ended}), flush=True)
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    os.close(inbox_write)
+    os.close(outbox_read)
+
+
+def _relay(inbox: int, outbox: int, message: dict, pending: bytes) -> tuple[str | None, str | None, bytes]:
+    """Write one message to a session's child and read its one-line answer: (answer, None, what followed it) or
+    (None, why it ended, b"")."""
+    deadline = time.monotonic() + message["timeout"]
+    data = message["send"].encode("utf-8", errors="replace") + b"\n"
+    while data:
+        _, writable, _ = select.select([], [inbox], [], max(deadline - time.monotonic(), 0))
+        if not writable:
+            return None, f"timed out after {message['timeout']:.3g} s", b""
+        try:
+            data = data[os.write(inbox, data):]
+        except BrokenPipeError:
+            return None, "the code exited", b""
+    while b"\n" not in pending:
+        if len(pending) > MESSAGE_BYTES:
+            return None, f"an answer over {MESSAGE_BYTES} bytes", b""
+        ready, _, _ = select.select([outbox], [], [], max(deadline - time.monotonic(), 0))
+        if not ready:
+            return None, f"timed out after {message['timeout']:.3g} s", b""
+        chunk = os.read(outbox, 65536)
+        if not chunk:
+            return None, "the code exited", b""
+        pending += chunk
+    answer, pending = pending.split(b"\n", 1)
+    return answer.decode("utf-8", errors="replace"), None, pending
+
+
+class _Channel:
+    """A session child's side of its messages: one line in, one line out."""
+
+    def __init__(self, inbox: int, outbox: int):
+        self.inbox, self.outbox, self.buffer = inbox, outbox, b""
+
+    def receive(self) -> str:
+        while b"\n" not in self.buffer:
+            chunk = os.read(self.inbox, 65536)
+            if not chunk:
+                raise EOFError("the session was closed")
+            self.buffer += chunk
+        line, self.buffer = self.buffer.split(b"\n", 1)
+        return line.decode("utf-8", errors="replace")
+
+    def send(self, text: str) -> None:
+        data = text.replace("\n", " ").encode("utf-8", errors="replace") + b"\n"
+        while data:
+            data = data[os.write(self.outbox, data):]
+
+
 def _read_report(fd: int, timeout: float, max_bytes: int) -> tuple[str, bool]:
     """The child's report, read until it closes the pipe, the deadline passes or max_bytes arrive."""
     deadline, chunks, size = time.monotonic() + timeout, [], 0
@@ -650,7 +800,7 @@ def _read_report(fd: int, timeout: float, max_bytes: int) -> tuple[str, bool]:
     return b"".join(chunks).decode("utf-8", errors="replace"), False
 
 
-def _confine(workdir: str, request: dict, confinement: dict, libc, report: int) -> None:
+def _confine(workdir: str, request: dict, confinement: dict, libc, keep: tuple[int, ...]) -> None:
     os.setsid()  # its own session and process group
     _reseed(confinement["random_states"])
     uid = confinement["uid"]
@@ -683,8 +833,11 @@ def _confine(workdir: str, request: dict, confinement: dict, libc, report: int) 
         os.dup2(devnull, fd)
     if confinement["landlock_abi"]:
         _landlock_ruleset(workdir, confinement["readable"], confinement["landlock_abi"]).restrict()
-    os.closerange(3, report)  # nothing the zygote holds (its pipes) stays within reach; the report
-    os.closerange(report + 1, 65536)  # pipe is the one way out
+    low = 3  # nothing the zygote holds (its pipes) stays within reach; the call's own pipes are the one way out
+    for fd in sorted(keep):
+        os.closerange(low, fd)
+        low = fd + 1
+    os.closerange(low, 65536)
     if confinement["seccomp"] is not None:
         confinement["seccomp"].load()
     elif confinement["seccomp_per_child"]:
@@ -732,3 +885,248 @@ def _execute(code: str, max_output: int) -> str:
         output.write("Error: " + traceback.format_exception_only(type(err), err)[-1].strip())
     text = output.text().strip()
     return text if text else "(no output)"
+
+
+# ------------------------------------------------------------------------------ a function's tests, across the boundary
+# Test rewards are the most gamed rewards there are: code that runs in the same process as its tests can print what a
+# harness prints, exit before the asserts, return an object whose __eq__ is always true, patch the builtins or the
+# comparison, or read the expected values from the test's source or frames. So the candidate's program and the tests
+# run in two sandboxes (two zygotes: neither process ever holds the other's code, not even in freed memory), and the
+# tests call the candidate's function through the trainer, which passes plain data (JSON: no object of the candidate's
+# crosses, nothing is unpickled) one call at a time. Each test gets a fresh candidate process and directory.
+
+class Verdict(tuple):
+    """One test's outcome: (passed, why); `why` is empty when it passed."""
+
+    def __new__(cls, passed: bool, why: str = ""):
+        return super().__new__(cls, (passed, why))
+
+    passed = property(lambda self: self[0])
+    why = property(lambda self: self[1])
+
+
+class FunctionTester:
+    """Runs tests (Python source) against a function defined by an untrusted program, the two in separate sandboxes.
+
+        tester = FunctionTester(seconds_per_test=3)
+        tester.run("def add(a, b):\\n    return a + b", "add", ["assert add(1, 2) == 3", "assert add(0, 0) == 1"])
+        # -> [Verdict(True, ''), Verdict(False, 'AssertionError')]
+
+    A test passes when its source runs to the end without an exception, with `entry_point` and `candidate` bound to
+    a stand-in that calls the program's function in the other sandbox and returns what it returned, rebuilt from plain
+    data (None, bool, int, float, complex, str, bytes; lists, tuples, sets, frozensets and dicts of them). A value
+    that is anything else, an exception, a crash, an exit or running out of time is an exception in the test; the
+    candidate's exceptions arrive as the builtin exception of the same name (others, and SystemExit, as
+    CandidateError). `setup` (the problem's own helpers and imports) runs first on both sides. Each test has
+    seconds_per_test of wall-clock time in all, both processes and every call included; after a test times out, the
+    program's later tests fail unrun, so code that hangs costs one test's time, not all of them.
+    """
+
+    def __init__(self, seconds_per_test: float = 3.0, workers: int = 1, memory_mb: int = 1024,
+                 engine: str = "bubblewrap", unsafe_without_isolation: bool = False,
+                 max_landlock_abi: int | None = None):
+        self.seconds_per_test, self.workers = seconds_per_test, workers
+        options = dict(timeout=seconds_per_test, memory_mb=memory_mb, engine=engine, max_landlock_abi=max_landlock_abi,
+                       unsafe_without_isolation=unsafe_without_isolation)
+        self.pairs = [(Sandbox(**options), Sandbox(**options)) for _ in range(workers)]  # (candidate's, tests')
+        self._free = queue.SimpleQueue()
+        for pair in self.pairs:
+            self._free.put(pair)
+
+    def configure(self, **options) -> None:
+        """Set Sandbox options (engine, unsafe_without_isolation, ...) on every sandbox, before they start."""
+        for box in (box for pair in self.pairs for box in pair):
+            for name, value in options.items():
+                setattr(box, name, value)
+
+    def start(self) -> dict:
+        """Start every sandbox; the protections in force (the same in each). Raises SandboxUnavailable."""
+        return [box.start() for pair in self.pairs for box in pair][0]
+
+    def close(self) -> None:
+        for box in (box for pair in self.pairs for box in pair):
+            box.close()
+
+    def run(self, program: str, entry_point: str, tests: list[str], setup: str = "") -> list[Verdict]:
+        """One Verdict per test, in order."""
+        try:
+            ast.parse(program)
+        except (SyntaxError, ValueError, RecursionError, MemoryError) as err:  # nothing to run: no process needed
+            return [Verdict(False, f"the program does not parse: {err.__class__.__name__}")] * len(tests)
+        pair, verdicts = self._free.get(), []  # a pair of sandboxes of its own: `workers` programs run at once
+        try:
+            for test in tests:
+                if verdicts and verdicts[-1].why.startswith(("timed out", "not run")):
+                    verdicts.append(Verdict(False, "not run: an earlier test timed out"))  # hanging costs one test
+                else:
+                    verdicts.append(self._run_one(pair, program, entry_point, test, setup))
+            return verdicts
+        finally:
+            self._free.put(pair)
+
+    def run_all(self, jobs: list[tuple]) -> list[list[Verdict]]:
+        """run(*job) for each (program, entry_point, tests, setup) job, `workers` at a time."""
+        with ThreadPoolExecutor(self.workers) as pool:
+            return list(pool.map(lambda job: self.run(*job), jobs))
+
+    def _run_one(self, pair: tuple, program: str, entry_point: str, test: str, setup: str) -> Verdict:
+        deadline = time.monotonic() + self.seconds_per_test
+        left = lambda: deadline - time.monotonic()  # noqa: E731
+        cpu = self.seconds_per_test + 1
+        candidate_box, test_box = pair
+        with candidate_box.session(_CANDIDATE_DRIVER, cpu) as candidate:
+            loaded = _parsed(candidate.ask(json.dumps({"program": setup + "\n" + program, "entry_point": entry_point}),
+                                           left()))
+            if loaded.get("ready") is not True:
+                why = loaded.get("error") if isinstance(loaded.get("error"), str) else candidate.ended
+                return Verdict(False, f"the program did not load: {str(why or 'no answer')[:200]}")
+            with test_box.session(_TEST_DRIVER, cpu) as tests:
+                message = _parsed(tests.ask(json.dumps({"setup": setup, "test": test, "entry_point": entry_point}),
+                                            left()))
+                while "call" in message:
+                    answer = _parsed(candidate.ask(json.dumps({"call": message["call"]}), left()))
+                    if "value" in answer:
+                        answer = {"value": answer["value"]}
+                    else:  # an exception, a crash or garbage: the test sees an exception, never a verdict
+                        name, text = answer.get("raise"), answer.get("message")
+                        answer = {"raise": name if isinstance(name, str) else "CandidateError",
+                                  "message": (text if isinstance(text, str) else str(candidate.ended))[:500]}
+                    message = _parsed(tests.ask(json.dumps(answer), left()))
+                if message.get("passed") is True:
+                    return Verdict(True)
+                if left() <= 0:
+                    return Verdict(False, f"timed out after {self.seconds_per_test:g} s")
+                return Verdict(False, str(message.get("error") or tests.ended or "no verdict")[:300])
+
+
+def _parsed(line: str | None) -> dict:
+    try:
+        value = json.loads(line) if line else {}
+    except (ValueError, RecursionError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+class CandidateError(Exception):
+    """In a test: the candidate raised something other than a builtin exception, exited, crashed or timed out."""
+
+
+def candidate_exception(name, message: str) -> Exception:
+    """The exception a test sees for one the candidate raised (its name and message are all that cross)."""
+    kind = getattr(builtins, name, None) if isinstance(name, str) else None
+    if isinstance(kind, type) and issubclass(kind, Exception) and kind not in (StopIteration, StopAsyncIteration):
+        try:
+            return kind(message)
+        except Exception:  # noqa: BLE001 - e.g. UnicodeDecodeError wants five arguments
+            pass
+    return CandidateError(f"{name}: {message}")
+
+
+_PLAIN_DEPTH, _PLAIN_ITEMS = 100, 200_000
+_TAGGED = {tuple: "tuple", set: "set", frozenset: "frozenset"}
+
+
+def encode_plain(value, _budget: list | None = None, _depth: int = 0):
+    """A JSON-ready copy of plain data, exact types only (a subclass of int or str could bring its own __eq__);
+    numpy scalars become the Python numbers they equal. Anything else raises TypeError."""
+    budget = [_PLAIN_ITEMS] if _budget is None else _budget
+    budget[0] -= 1
+    if budget[0] < 0 or _depth > _PLAIN_DEPTH:
+        raise TypeError(f"the value is bigger than {_PLAIN_ITEMS} items or deeper than {_PLAIN_DEPTH} levels")
+    kind = type(value)
+    if value is None or kind in (bool, int, float, str):
+        if kind is int and abs(value) > 10**4000:
+            raise TypeError("an integer over 4000 digits")
+        return value
+    if kind is list:
+        return [encode_plain(item, budget, _depth + 1) for item in value]
+    if kind in _TAGGED:
+        return {"t": _TAGGED[kind], "v": [encode_plain(item, budget, _depth + 1) for item in value]}
+    if kind is dict:
+        return {"t": "dict", "v": [[encode_plain(k, budget, _depth + 1), encode_plain(v, budget, _depth + 1)]
+                                   for k, v in value.items()]}
+    if kind is bytes:
+        return {"t": "bytes", "v": value.hex()}
+    if kind is complex:
+        return {"t": "complex", "v": [value.real, value.imag]}
+    numpy = sys.modules.get("numpy")
+    if numpy is not None and isinstance(value, numpy.generic) and kind.__module__ == "numpy":
+        item = value.item()
+        if type(item) in (bool, int, float, complex, str, bytes):
+            return encode_plain(item, budget, _depth)
+    raise TypeError(f"a {kind.__name__} is not plain data (None, bool, int, float, complex, str, bytes, or lists, "
+                    "tuples, sets and dicts of them)")
+
+
+def decode_plain(data, _depth: int = 0):
+    """The value encode_plain encoded, rebuilt from builtins only; anything else raises ValueError."""
+    if _depth > _PLAIN_DEPTH:
+        raise ValueError("too deep")
+    if data is None or type(data) in (bool, int, float, str):
+        return data
+    if type(data) is list:
+        return [decode_plain(item, _depth + 1) for item in data]
+    if type(data) is dict and set(data) == {"t", "v"}:
+        tag, items = data["t"], data["v"]
+        if tag in ("tuple", "set", "frozenset") and type(items) is list:
+            return {"tuple": tuple, "set": set, "frozenset": frozenset}[tag](
+                decode_plain(item, _depth + 1) for item in items)
+        if tag == "dict" and type(items) is list and all(type(pair) is list and len(pair) == 2 for pair in items):
+            return {decode_plain(k, _depth + 1): decode_plain(v, _depth + 1) for k, v in items}
+        if tag == "bytes" and type(items) is str:
+            return bytes.fromhex(items)
+        if tag == "complex" and type(items) is list and len(items) == 2 and all(type(x) is float for x in items):
+            return complex(*items)
+    raise ValueError("not plain data")
+
+
+def error_line(err: BaseException) -> str:
+    """An exception's last line, at most 300 characters, never raising."""
+    try:
+        return traceback.format_exception_only(type(err), err)[-1].strip()[:300]
+    except BaseException:  # noqa: BLE001 - a hostile __str__
+        return type(err).__name__
+
+
+# The two sides' programs, run in each session's child (sandbox.py is imported there: the zygote imported it).
+_CANDIDATE_DRIVER = """
+import json, sandbox
+request = json.loads(channel.receive())
+namespace = {"__name__": "candidate", "__builtins__": __builtins__}  # not __main__: no demo block runs
+try:
+    exec(compile(request["program"], "<candidate>", "exec"), namespace)
+    function = namespace.get(request["entry_point"])
+    answer = {"ready": True} if callable(function) else {"error": f"it defines no function {request['entry_point']}"}
+except BaseException as err:
+    answer = {"error": sandbox.error_line(err)}
+channel.send(json.dumps(answer))
+while "ready" in answer:
+    args, kwargs = sandbox.decode_plain(json.loads(channel.receive())["call"])
+    try:
+        answer = {"value": sandbox.encode_plain(function(*args, **kwargs)), "ready": True}
+    except BaseException as err:
+        answer = {"raise": type(err).__name__, "message": sandbox.error_line(err).partition(": ")[2], "ready": True}
+    channel.send(json.dumps(answer))
+"""
+
+_TEST_DRIVER = """
+import json, sandbox
+request = json.loads(channel.receive())
+
+def candidate(*args, **kwargs):
+    channel.send(json.dumps({"call": sandbox.encode_plain([list(args), kwargs])}))
+    answer = json.loads(channel.receive())
+    if "value" in answer:
+        return sandbox.decode_plain(answer["value"])
+    raise sandbox.candidate_exception(answer.get("raise"), answer.get("message", ""))
+
+namespace = {"__name__": "__main__"}
+try:
+    exec(compile(request["setup"], "<setup>", "exec"), namespace)
+    namespace[request["entry_point"]] = namespace["candidate"] = candidate
+    exec(compile(request["test"], "<test>", "exec"), namespace)
+    verdict = {"passed": True}
+except BaseException as err:
+    verdict = {"passed": False, "error": sandbox.error_line(err)}
+channel.send(json.dumps(verdict))
+"""

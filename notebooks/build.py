@@ -23,9 +23,9 @@ import nbformat
 from packaging.requirements import Requirement
 
 ROOT = Path(__file__).resolve().parent.parent
-RECIPES = ["gsm8k_grpo", "tool_use_grpo", "search_agent_grpo", "sft_warmstart"]
+RECIPES = ["gsm8k_grpo", "tool_use_grpo", "search_agent_grpo", "code_grpo", "sft_warmstart"]
 # sft_warmstart.py imports the recipe named by --recipe at run time, so its notebook carries all of them.
-RUNTIME_IMPORTS = {"sft_warmstart": ["gsm8k_grpo", "tool_use_grpo", "search_agent_grpo"]}
+RUNTIME_IMPORTS = {"sft_warmstart": ["gsm8k_grpo", "tool_use_grpo", "search_agent_grpo", "code_grpo"]}
 # Colab opens the notebook on a GPU runtime (the free T4) instead of asking the user to switch.
 METADATA = {"accelerator": "GPU", "colab": {"gpuType": "T4", "provenance": []},
             "kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
@@ -64,6 +64,10 @@ EXPECT = {
                          "LoRA, 100 steps, up to 3 rounds of searches and reads (not yet timed on a T4). It downloads "
                          "HotpotQA and builds a BM25 index first. In the curves, exact match and F1 should rise "
                          "together; F1 rising alone means longer, vaguer answers.",
+    "code_grpo": "On Colab's free T4 the config cell's `if ON_COLAB` values apply: Qwen2.5-Coder-0.5B-Instruct with "
+                 "LoRA, 100 steps on MBPP, HumanEval's 64 first problems held out (not yet timed on a T4). In the "
+                 "curves, `tests_passed_reward` should rise with `all_tests_passed_reward` behind it; the form rewards "
+                 "saturate early and are worth 0.1 in all.",
     "sft_warmstart": "On Colab's free T4 the config cell's `if ON_COLAB` values apply: LoRA, 200 steps, merged into "
                      "the model when saved (not yet timed on a T4). The loss should fall fast and flatten; the saved "
                      "folder is the `--model_name_or_path` of an RL notebook.",

@@ -29,6 +29,16 @@ def kit(tmp_path_factory) -> Path:
     return out
 
 
+@pytest.fixture(scope="session")
+def code_kit(tmp_path_factory) -> Path:
+    """`python offline.py --out_dir <tmp> --code`: the base kit and code_grpo's (toy problems, a warm-started model)."""
+    import offline
+
+    out = tmp_path_factory.mktemp("offline-code")
+    offline.main(["--out_dir", str(out), "--code"])
+    return out
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

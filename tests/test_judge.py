@@ -50,8 +50,12 @@ class JudgeServer:
                     attempt = server.requests
                     server.in_flight += 1
                     server.max_in_flight = max(server.max_in_flight, server.in_flight)
+                counted = True
                 try:
                     time.sleep(server.delay)
+                    with server.lock:  # done before the answer leaves: the client may send its next one at once
+                        server.in_flight -= 1
+                        counted = False
                     if attempt <= server.fail_first:
                         self.send_response(503)
                         self.end_headers()
@@ -69,7 +73,7 @@ class JudgeServer:
                     pass  # the client gave up first: what the timeout tests want
                 finally:
                     with server.lock:
-                        server.in_flight -= 1
+                        server.in_flight -= counted
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.base_url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"

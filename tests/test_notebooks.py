@@ -17,16 +17,19 @@ sys.path.insert(0, str(ROOT / "notebooks"))
 import build  # noqa: E402  (notebooks/build.py)
 
 CONFIGS = {"gsm8k_grpo": "gsm8k_grpo.yaml", "tool_use_grpo": "tool_use_grpo.yaml",
-           "search_agent_grpo": "search_agent_grpo.yaml", "sft_warmstart": "sft_warmstart.yaml"}
+           "search_agent_grpo": "search_agent_grpo.yaml", "code_grpo": "code_grpo.yaml",
+           "sft_warmstart": "sft_warmstart.yaml"}
 # What each notebook must carry: the modules its code imports, and what those import in turn.
 CARRIED = {"gsm8k_grpo": ["plumbing.py", "preflight.py", "rewards.py"],
            "tool_use_grpo": ["plumbing.py", "preflight.py", "rewards.py", "sandbox.py"],
            "search_agent_grpo": ["plumbing.py", "preflight.py", "rewards.py"],
-           "sft_warmstart": ["gsm8k_grpo.py", "harness.py", "plumbing.py", "preflight.py", "rewards.py", "sandbox.py",
-                             "search_agent_grpo.py", "tool_use_grpo.py"]}
+           "code_grpo": ["plumbing.py", "preflight.py", "rewards.py", "sandbox.py"],
+           "sft_warmstart": ["code_grpo.py", "gsm8k_grpo.py", "harness.py", "plumbing.py", "preflight.py", "rewards.py",
+                             "sandbox.py", "search_agent_grpo.py", "tool_use_grpo.py"]}
 # What each notebook's install cell must name: the packages its modules import, and no other.
 INSTALLED = {"gsm8k_grpo": {"trl", "math-verify"}, "tool_use_grpo": {"trl", "math-verify", "landlockpy"},
-             "search_agent_grpo": {"trl", "math-verify", "bm25s"}, "sft_warmstart": {"trl", "bm25s", "landlockpy"}}
+             "search_agent_grpo": {"trl", "math-verify", "bm25s"}, "code_grpo": {"trl", "math-verify", "landlockpy"},
+             "sft_warmstart": {"trl", "bm25s", "landlockpy"}}
 
 
 def written_files(notebook) -> list[str]:
@@ -100,7 +103,8 @@ def edit_config_cell_on_colab(notebook, model) -> list[str]:
 
 
 @pytest.mark.parametrize("recipe", build.RECIPES)
-def test_each_notebook_runs_headless_on_cpu_from_an_empty_folder_and_plots_its_training(recipe, kit, tmp_path):
+def test_each_notebook_runs_headless_on_cpu_from_an_empty_folder_and_plots_its_training(recipe, request, tmp_path):
+    kit = request.getfixturevalue("code_kit" if recipe == "code_grpo" else "kit")
     folder = tmp_path / "empty"
     folder.mkdir()
     (folder / f"{recipe}.ipynb").write_bytes((ROOT / "notebooks" / f"{recipe}.ipynb").read_bytes())
@@ -126,7 +130,7 @@ def test_each_notebook_runs_headless_on_cpu_from_an_empty_folder_and_plots_its_t
     assert any("image/png" in output.get("data", {}) for output in last), "the plot was not displayed"
     printed = "".join(output.get("text", "") for output in last)
     if recipe != "sft_warmstart":  # an RL run also shows completions of its last step with their rewards
-        assert "completion 1 of the last step" in printed and ("correctness_reward" in printed or "match" in printed)
+        assert "completion 1 of the last step" in printed and (any(name in printed for name in ("correctness_reward", "match", "tests_passed")))
     installing = next(cell for cell in notebook.cells if "%pip install" in cell.source)
     assert "Successfully installed" not in "".join(o.get("text", "") for o in installing.outputs)  # all were there
     if recipe != "sft_warmstart":  # the last cell: the trained model on held-out prompts, with their rewards

