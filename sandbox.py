@@ -1,10 +1,15 @@
-"""A sandboxed Python interpreter for tool-calling recipes: untrusted code in, a short model-readable string out.
+"""A sandboxed Python interpreter for tool-calling recipes: untrusted code in, a short model-readable string out;
+and a tester that runs a function's tests in another sandbox than the function (code_grpo.py's reward).
 
     from sandbox import Sandbox
     box = Sandbox(timeout=5)
     box.start()                         # refuses, in one line, on a machine that cannot isolate the code
     box.run("x = 6 * 7\\nx")            # -> "42"
     box.run("while True: pass")         # -> "Error: timed out after 5 s" (and the next call works)
+    with box.session(program) as s:     # a confined child that lives for the block, one line in, one line out
+        s.ask("message", timeout=1)
+
+    FunctionTester().run("def add(a, b):\\n    return a + b", "add", ["assert add(1, 2) == 3"])  # -> [Verdict(True, '')]
 
 Threat model. During RL the policy writes the code, thousands of times, and RL finds every hole: treat the code as
 hostile. It must not affect the trainer (kill it, trace it, change its limits, fill its memory), the machine (fill a
@@ -954,14 +959,20 @@ class FunctionTester:
         except (SyntaxError, ValueError, RecursionError, MemoryError) as err:  # nothing to run: no process needed
             return [Verdict(False, f"the program does not parse: {err.__class__.__name__}")] * len(tests)
         pair, verdicts = self._free.get(), []  # a pair of sandboxes of its own: `workers` programs run at once
+        tests_process, tests_session = contextlib.ExitStack(), None  # the tests' side lives across the tests
         try:
             for test in tests:
                 if verdicts and verdicts[-1].why.startswith(("timed out", "not run")):
                     verdicts.append(Verdict(False, "not run: an earlier test timed out"))  # hanging costs one test
-                else:
-                    verdicts.append(self._run_one(pair, program, entry_point, test, setup))
+                    continue
+                if tests_session is None or tests_session.ended:  # (only the program's side must be fresh)
+                    tests_process.close()
+                    tests_session = tests_process.enter_context(pair[1].session(
+                        _TEST_DRIVER, (self.seconds_per_test + 1) * len(tests)))
+                verdicts.append(self._run_one(pair[0], tests_session, program, entry_point, test, setup))
             return verdicts
         finally:
+            tests_process.close()
             self._free.put(pair)
 
     def run_all(self, jobs: list[tuple]) -> list[list[Verdict]]:
@@ -969,34 +980,33 @@ class FunctionTester:
         with ThreadPoolExecutor(self.workers) as pool:
             return list(pool.map(lambda job: self.run(*job), jobs))
 
-    def _run_one(self, pair: tuple, program: str, entry_point: str, test: str, setup: str) -> Verdict:
+    def _run_one(self, candidate_box: Sandbox, tests: Session, program: str, entry_point: str, test: str,
+                 setup: str) -> Verdict:
+        """One test: a fresh process for the program; the tests' process (`tests`) runs it and calls across."""
         deadline = time.monotonic() + self.seconds_per_test
         left = lambda: deadline - time.monotonic()  # noqa: E731
-        cpu = self.seconds_per_test + 1
-        candidate_box, test_box = pair
-        with candidate_box.session(_CANDIDATE_DRIVER, cpu) as candidate:
+        with candidate_box.session(_CANDIDATE_DRIVER, self.seconds_per_test + 1) as candidate:
             loaded = _parsed(candidate.ask(json.dumps({"program": setup + "\n" + program, "entry_point": entry_point}),
                                            left()))
             if loaded.get("ready") is not True:
                 why = loaded.get("error") if isinstance(loaded.get("error"), str) else candidate.ended
                 return Verdict(False, f"the program did not load: {str(why or 'no answer')[:200]}")
-            with test_box.session(_TEST_DRIVER, cpu) as tests:
-                message = _parsed(tests.ask(json.dumps({"setup": setup, "test": test, "entry_point": entry_point}),
-                                            left()))
-                while "call" in message:
-                    answer = _parsed(candidate.ask(json.dumps({"call": message["call"]}), left()))
-                    if "value" in answer:
-                        answer = {"value": answer["value"]}
-                    else:  # an exception, a crash or garbage: the test sees an exception, never a verdict
-                        name, text = answer.get("raise"), answer.get("message")
-                        answer = {"raise": name if isinstance(name, str) else "CandidateError",
-                                  "message": (text if isinstance(text, str) else str(candidate.ended))[:500]}
-                    message = _parsed(tests.ask(json.dumps(answer), left()))
-                if message.get("passed") is True:
-                    return Verdict(True)
-                if left() <= 0:
-                    return Verdict(False, f"timed out after {self.seconds_per_test:g} s")
-                return Verdict(False, str(message.get("error") or tests.ended or "no verdict")[:300])
+            message = _parsed(tests.ask(json.dumps({"setup": setup, "test": test, "entry_point": entry_point}),
+                                        left()))
+            while "call" in message:
+                answer = _parsed(candidate.ask(json.dumps({"call": message["call"]}), left()))
+                if "value" in answer:
+                    answer = {"value": answer["value"]}
+                else:  # an exception, a crash or garbage: the test sees an exception, never a verdict
+                    name, text = answer.get("raise"), answer.get("message")
+                    answer = {"raise": name if isinstance(name, str) else "CandidateError",
+                              "message": (text if isinstance(text, str) else str(candidate.ended))[:500]}
+                message = _parsed(tests.ask(json.dumps(answer), left()))
+            if message.get("passed") is True:
+                return Verdict(True)
+            if left() <= 0:
+                return Verdict(False, f"timed out after {self.seconds_per_test:g} s")
+            return Verdict(False, str(message.get("error") or tests.ended or "no verdict")[:300])
 
 
 def _parsed(line: str | None) -> dict:
@@ -1111,7 +1121,6 @@ while "ready" in answer:
 
 _TEST_DRIVER = """
 import json, sandbox
-request = json.loads(channel.receive())
 
 def candidate(*args, **kwargs):
     channel.send(json.dumps({"call": sandbox.encode_plain([list(args), kwargs])}))
@@ -1120,13 +1129,15 @@ def candidate(*args, **kwargs):
         return sandbox.decode_plain(answer["value"])
     raise sandbox.candidate_exception(answer.get("raise"), answer.get("message", ""))
 
-namespace = {"__name__": "__main__"}
-try:
-    exec(compile(request["setup"], "<setup>", "exec"), namespace)
-    namespace[request["entry_point"]] = namespace["candidate"] = candidate
-    exec(compile(request["test"], "<test>", "exec"), namespace)
-    verdict = {"passed": True}
-except BaseException as err:
-    verdict = {"passed": False, "error": sandbox.error_line(err)}
-channel.send(json.dumps(verdict))
+while True:  # one test per request, each in a namespace of its own
+    request = json.loads(channel.receive())
+    namespace = {"__name__": "__main__"}
+    try:
+        exec(compile(request["setup"], "<setup>", "exec"), namespace)
+        namespace[request["entry_point"]] = namespace["candidate"] = candidate
+        exec(compile(request["test"], "<test>", "exec"), namespace)
+        verdict = {"passed": True}
+    except BaseException as err:
+        verdict = {"passed": False, "error": sandbox.error_line(err)}
+    channel.send(json.dumps(verdict))
 """

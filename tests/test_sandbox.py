@@ -588,3 +588,27 @@ def test_concurrent_callers_are_served_one_at_a_time():
         thread.join()
     box.close()
     assert sorted(results, key=int) == [str(2 * i) for i in range(8)]
+
+
+# ---------------------------------------------------------------------------------------------------- sessions
+ECHO = ("while True:\n    message = channel.receive()\n    if message == 'spin':\n        while True:\n            pass\n"
+        "    if message == 'exit':\n        import os\n        os._exit(0)\n"
+        "    channel.send('x' * 2_000_000 if message == 'flood' else message.upper())\n")
+
+
+@pytest.mark.parametrize("engine", ["bubblewrap", "landlock"])
+def test_a_session_answers_each_message_and_ends_on_a_timeout_an_exit_or_a_flood(engine):
+    box = Sandbox(timeout=TIMEOUT, engine=engine)
+    with box.session(ECHO) as session:
+        assert session.ask("one", 1) == "ONE" and session.ask("two\nlines", 1) == "TWO LINES"  # one line each way
+    before = state(box)["sandbox_processes"]
+    for message, why in (("spin", "timed out after 0.3 s"), ("exit", "the code exited"),
+                         ("flood", f"an answer over {sandbox.MESSAGE_BYTES} bytes")):
+        with box.session(ECHO) as session:
+            start = time.monotonic()
+            assert session.ask(message, 0.3) is None and session.ended == why
+            assert time.monotonic() - start < 1.5
+            assert session.ask("again", 1) is None  # an ended child answers nothing more
+    assert box.run("6 * 7") == "42"  # the zygote serves calls again, and the spinning child is gone
+    assert state(box)["sandbox_processes"] == before and state(box)["calls_dir_entries"] == []  # nothing outlived
+    box.close()
