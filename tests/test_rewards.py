@@ -170,11 +170,11 @@ def test_math_verify_runs_safely_off_the_main_thread_and_in_an_event_loop():
 def test_a_hanging_parse_is_killed_and_the_worker_recovers():
     import time
 
-    worker = rewards._MathVerifyWorker(timeout=0.5)
+    worker = rewards._MathVerifyWorker(timeout=1.0)  # 1 s, not less: the suite runs two tests at a time on 2 cores
     assert worker.equal("2 * 9", "18") is True  # warm: the child is up
     start = time.monotonic()
     assert worker.equal("2^{2^{40}}", "18") is None  # math-verify alone would spend its full 2 s here
-    assert time.monotonic() - start < 1.5
+    assert time.monotonic() - start < 1.9
     assert worker.equal("\\frac{36}{2}", "18") is True  # a fresh child took over
 
 
