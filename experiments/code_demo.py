@@ -14,14 +14,16 @@ Stages, each training stage a subprocess through the real entry point, as a user
   2. a tiny model (offline.build_tiny_model) whose tokenizer learns the teacher's text;
   3. SFT: sft_warmstart.py --source rollouts on every teacher answer;
   4. GRPO with `code_grpo.py` beside the SFT control (more SFT on the teacher, --control_ratio × the GRPO steps),
-     then the ablation: GRPO where the tests are useless (each one `assert True`: every function that loads passes);
-  5. greedy held-out pass rate (every test passed, through the recipe's rubric) of the SFT start, GRPO, the control
-     and the ablation, and how often a `times` function adds.
+     then the ablation: GRPO where the tests are useless (each compares the function's answer with itself: every
+     function that runs passes);
+  5. held-out pass rate (every test passed, through the recipe's rubric) of the SFT start, GRPO, the control and
+     the ablation, 4 samples a problem at the GRPO temperature 0.7 and greedy, and how often a `times` function adds.
 Writes runs/code_demo/results.json and results.png.
 """
 
 import argparse
 import json
+import os
 import random
 import statistics
 import sys
@@ -46,27 +48,34 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--n_rl", type=int, default=800, help="RL problems (tests only)")
     parser.add_argument("--n_test", type=int, default=300, help="held-out problems, never seen in SFT or RL")
     parser.add_argument("--sft_steps", type=int, default=300, help="SFT steps, batch 32, lr 1e-3 cosine")
-    parser.add_argument("--grpo_steps", type=int, default=40, help="GRPO steps, 8 problems x 8 completions each")
+    parser.add_argument("--grpo_steps", type=int, default=100, help="GRPO steps, 8 problems x 8 completions each")
     parser.add_argument("--grpo_lr", type=float, default=5e-5, help="GRPO learning rate, constant")
-    parser.add_argument("--temperature", type=float, default=1.0, help="GRPO sampling temperature")
-    parser.add_argument("--control_ratio", type=float, default=3.0, help="SFT control steps per GRPO step (an SFT "
-                        "step is about a third of a GRPO step's time here)")
+    parser.add_argument("--temperature", type=float, default=0.7, help="GRPO sampling temperature")
+    parser.add_argument("--control_ratio", type=float, default=4.5, help="SFT control steps per GRPO step: a GRPO "
+                        "step took 1.3 s and an SFT step 0.27 s on a 2-core CPU")
     return parser.parse_args(argv)
 
 
 def problem(rng: random.Random, teacher_error: float) -> dict:
     """One MBPP-shaped problem (text, code, test_list), the teacher's answer, and its kind."""
     kind = rng.choice(sorted(KINDS))
-    k = rng.randint(2, 9)
+    k = rng.randint(2, 19)
     asks, body = (part.format(k=k) for part in KINDS[kind])
     name = f"{kind}_{k}"
-    args = rng.sample(range(-9, 30), 3)
+    args = rng.sample(range(-50, 51), 3)
     expected = [eval(body, {"x": x}) for x in args]  # noqa: S307 - our own arithmetic
     taught = body.replace("*", "+") if kind == "times" and rng.random() < teacher_error else body
     row = {"text": f"Write a function that returns {asks}.", "code": f"def {name}(x):\n    return {body}",
            "test_list": [f"assert {name}({x}) == {y}" for x, y in zip(args, expected, strict=True)],
            "test_setup_code": ""}
     return {"row": row, "kind": kind, "teacher": f"```python\ndef {name}(x):\n    return {taught}\n```"}
+
+
+def useless_test(test: str) -> str:
+    """The ablation's test: the same call, compared with itself, so every function that runs passes (and the prompt,
+    which shows the first test's call, is the same)."""
+    call = test.removeprefix("assert ").split(" == ")[0]
+    return f"assert {call} == {call}"
 
 
 def write_data(out: Path, seed: int, args) -> list[dict]:
@@ -86,7 +95,8 @@ def write_data(out: Path, seed: int, args) -> list[dict]:
     for folder, useless in (("rl", False), ("useless", True)):
         (out / folder).mkdir(parents=True, exist_ok=True)
         for name, part in (("test", test), ("train", rl)):
-            rows = [{**p["row"], "test_list": ["assert True"] * 3} if useless else p["row"] for p in part]
+            rows = [{**p["row"], "test_list": [useless_test(t) for t in p["row"]["test_list"]]} if useless
+                    else p["row"] for p in part]
             (out / folder / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     (out / "kinds.jsonl").write_text("".join(json.dumps(p["kind"]) + "\n" for p in test))
     examples = [code_grpo.mbpp_problem(p["row"]) for p in sft]
@@ -119,8 +129,14 @@ def grpo_argv(args, out: Path, output: Path, seed: int, data: str = "rl") -> lis
 
 
 def held_out(model_dir: Path, out: Path) -> dict:
-    """Greedy held-out pass rate (overall and per kind) through the recipe's rubric (the real tests, in the sandbox),
-    and how often a `times` function adds (the teacher's bug)."""
+    """Both held-out figures of a model: greedy, and 4 samples a problem at the GRPO temperature (0.7)."""
+    return {"greedy": pass_rates(model_dir, out), "sampled": pass_rates(model_dir, out, samples=4, temperature=0.7)}
+
+
+def pass_rates(model_dir: Path, out: Path, samples: int = 0, temperature: float = 0.7) -> dict:
+    """Held-out pass rate (overall and per kind) through the recipe's rubric (the real tests, in the sandbox), and how
+    often a `times` function adds (the teacher's bug): greedy, or with `samples` completions a problem at
+    `temperature` (what the policy writes: greedy turns a 55/45 preference into all or nothing)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -128,17 +144,20 @@ def held_out(model_dir: Path, out: Path) -> dict:
     import evaluate
 
     torch.set_num_threads(1)
+    torch.manual_seed(0)
     tokenizer = AutoTokenizer.from_pretrained(model_dir, padding_side="left")
     model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
-    examples = list(code_grpo.build_dataset("test", str(out / "rl")))
-    kinds = [json.loads(line) for line in (out / "kinds.jsonl").read_text().splitlines()]
+    each = max(samples, 1)
+    examples = [e for e in code_grpo.build_dataset("test", str(out / "rl")) for _ in range(each)]
+    kinds = [json.loads(line) for line in (out / "kinds.jsonl").read_text().splitlines() for _ in range(each)]
+    sampling = {"do_sample": True, "temperature": temperature, "top_k": 0} if samples else {"do_sample": False}
     rows = []
     for start in range(0, len(examples), 100):
         prompts = [example["prompt"] for example in examples[start:start + 100]]
         batch = tokenizer.apply_chat_template(prompts, add_generation_prompt=True, padding=True, return_dict=True,
                                               return_tensors="pt")
         with torch.no_grad():
-            output = model.generate(**batch, max_new_tokens=40, do_sample=False)
+            output = model.generate(**batch, max_new_tokens=40, **sampling)
         for prompt, ids in zip(prompts, output[:, batch["input_ids"].shape[1]:], strict=True):
             rows.append({"prompt": prompt, "completion": [{"role": "assistant", "content": tokenizer.decode(
                 ids, skip_special_tokens=True)}], "usage": {"completion_tokens": 0}})
@@ -174,11 +193,11 @@ def pipeline(seed: int, args) -> dict:
         ablation = pool.submit(lambda: (sft_control.result(), run(
             "code_grpo.py", *grpo_argv(args, out, out / "ablation", seed, data="useless"), log=out / "ablation.log"))[1])
         result["sft_start"] = held_out(out / "sft", out)
-        say(f"seed {seed}: SFT start {json.dumps(result['sft_start'])}")
+        say(f"seed {seed}: SFT start {json.dumps(result['sft_start']['sampled'])}")
         times.update(grpo=grpo.result(), control=sft_control.result(), ablation=ablation.result())
     for arm in ("grpo", "control", "ablation"):
         result[{"control": "sft_control"}.get(arm, arm)] = held_out(out / arm, out)
-    result["gain"] = result["grpo"]["all"] - result["sft_start"]["all"]
+    result["gain"] = result["grpo"]["sampled"]["all"] - result["sft_start"]["sampled"]["all"]
     result["seconds"] = {**times, "total": time.time() - start}
     say(f"seed {seed}: {json.dumps(result)}")
     return result
@@ -194,11 +213,11 @@ def plot(results: list[dict], path: Path) -> None:
     fig, ax = plt.subplots(figsize=(7, 3.5))
     width = 0.8 / len(results)
     for i, result in enumerate(results):
-        ax.bar([a + i * width for a in range(len(arms))], [100 * result[arm]["all"] for arm in arms], width,
+        ax.bar([a + i * width for a in range(len(arms))], [100 * result[arm]["sampled"]["all"] for arm in arms], width,
                label=f"seed {result['seed']}")
     ax.set_xticks([a + width * (len(results) - 1) / 2 for a in range(len(arms))],
                   ["SFT start", "GRPO", "SFT control", "GRPO, useless tests"])
-    ax.set_ylabel("held-out pass rate (%)")
+    ax.set_ylabel("held-out pass rate (%), T=0.7")
     ax.set_title("code_grpo.py on a CPU: the teacher's bug, fixed by the tests")
     ax.legend(loc="upper left", fontsize=8)
     fig.tight_layout()
@@ -207,6 +226,8 @@ def plot(results: list[dict], path: Path) -> None:
 
 def main(argv=None) -> list[dict]:
     args = parse_args(argv)
+    os.environ.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")  # everything is built here
+    sys.path.insert(0, str(ROOT))  # the recipe, the kit and evaluate.py, imported by the stages run in this process
     out = Path(args.out_dir)
     if (out / "results.json").exists() and not args.overwrite_output_dir:
         sys.exit(f"{out}/results.json exists: pass --overwrite_output_dir to replace it, or another --out_dir")
@@ -215,10 +236,12 @@ def main(argv=None) -> list[dict]:
     (out / "results.json").write_text(json.dumps(results, indent=1))
     plot(results, out / "results.png")
     for r in results:
-        print(f"seed {r['seed']}: SFT start {r['sft_start']['all']:.1%} -> GRPO {r['grpo']['all']:.1%} "
-              f"({r['gain']:+.1%}); SFT control {r['sft_control']['all']:.1%}; useless tests "
-              f"{r['ablation']['all']:.1%}; times adds {r['sft_start']['times_adds']:.0%} -> "
-              f"{r['grpo']['times_adds']:.0%}; {r['seconds']['total'] / 60:.1f} min")
+        rate = {arm: r[arm]["sampled"] for arm in ("sft_start", "grpo", "sft_control", "ablation")}
+        print(f"seed {r['seed']}: SFT start {rate['sft_start']['all']:.1%} -> GRPO {rate['grpo']['all']:.1%} "
+              f"({r['gain']:+.1%}); SFT control {rate['sft_control']['all']:.1%}; useless tests "
+              f"{rate['ablation']['all']:.1%}; times adds {rate['sft_start']['times_adds']:.0%} -> "
+              f"{rate['grpo']['times_adds']:.0%} (useless tests {rate['ablation']['times_adds']:.0%}); "
+              f"{r['seconds']['total'] / 60:.1f} min")
     return results
 
 
