@@ -142,7 +142,7 @@ def check_as_tests(test: str, entry_point: str) -> list[str]:
     """HumanEval's `check(candidate)` as one test per top-level statement of it that asserts on the candidate, each
     after the statements before it that assert nothing (imports, helpers, data); asserts that never touch the
     candidate (HumanEval has 48 `assert True`) are left out, so they pay nothing. Passing every test is passing
-    check(): the statements run in their order, and none is left out that could fail."""
+    check(): the statements run in their order, and every one whose outcome depends on the candidate is in a test."""
     module = ast.parse(test)
     check = next((node for node in module.body if isinstance(node, ast.FunctionDef) and node.name == "check"), None)
     if check is None or not check.args.args:

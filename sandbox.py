@@ -9,7 +9,7 @@ and a tester that runs a function's tests in another sandbox than the function (
     with box.session(program) as s:     # a confined child that lives for the block, one line in, one line out
         s.ask("message", timeout=1)
 
-    FunctionTester().run("def add(a, b):\\n    return a + b", "add", ["assert add(1, 2) == 3"])  # -> [Verdict(True, '')]
+    FunctionTester().run("def add(a, b):\\n    return a + b", "add", ["assert add(1, 2) == 3"])  # [Verdict(True, '')]
 
 Threat model. During RL the policy writes the code, thousands of times, and RL finds every hole: treat the code as
 hostile. It must not affect the trainer (kill it, trace it, change its limits, fill its memory), the machine (fill a

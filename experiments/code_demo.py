@@ -187,11 +187,11 @@ def pipeline(seed: int, args) -> dict:
     say(f"seed {seed}: GRPO ({args.grpo_steps} steps) beside the SFT control, then the useless-tests ablation")
     control = sft_argv(out / "sft", out, out / "control", round(args.control_ratio * args.grpo_steps), seed, 3e-4,
                        args.overwrite_output_dir)
-    with ThreadPoolExecutor(2) as pool:  # a core each
+    with ThreadPoolExecutor(2) as pool:  # a core each; the ablation takes the first one free
         grpo = pool.submit(run, "code_grpo.py", *grpo_argv(args, out, out / "grpo", seed), log=out / "grpo.log")
         sft_control = pool.submit(run, "sft_warmstart.py", *control, log=out / "control.log")
-        ablation = pool.submit(lambda: (sft_control.result(), run(
-            "code_grpo.py", *grpo_argv(args, out, out / "ablation", seed, data="useless"), log=out / "ablation.log"))[1])
+        ablation = pool.submit(run, "code_grpo.py", *grpo_argv(args, out, out / "ablation", seed, data="useless"),
+                               log=out / "ablation.log")
         result["sft_start"] = held_out(out / "sft", out)
         say(f"seed {seed}: SFT start {json.dumps(result['sft_start']['sampled'])}")
         times.update(grpo=grpo.result(), control=sft_control.result(), ablation=ablation.result())
