@@ -25,6 +25,7 @@ import os
 import statistics
 import sys
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 from openai import APIConnectionError, APIStatusError, OpenAI
 from tqdm import tqdm
@@ -53,7 +54,8 @@ def parse_args(argv=None) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--temperature", type=float, default=1.0)
     parser.add_argument("--max_turns", type=int, default=None, help="default: the recipe's max_tool_calling_iterations")
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds per request")
-    parser.add_argument("--out", default="results.jsonl", help="JSONL of every rollout")
+    parser.add_argument("--out", default="results.jsonl", help="JSONL of every rollout (an existing one is kept)")
+    parser.add_argument("--overwrite_out", action="store_true", help="replace an existing --out")
     parser.add_argument("--show", type=int, default=2, help="rollouts to print")
     return parser.parse_known_args(argv)
 
@@ -188,10 +190,14 @@ def show(row: dict) -> str:
 
 def main(argv=None) -> list[dict]:
     args, rest = parse_args(argv)
+    out = Path(args.out)
+    if out.is_file() and out.stat().st_size and not args.overwrite_out:  # rollouts that were paid for
+        sys.exit(f"--out {out} already holds {len(out.read_text().splitlines())} rollouts: pass another --out (e.g. "
+                 f"{out.with_stem(out.stem + '-2')}) to keep both, or --overwrite_out to replace it")
     try:  # before any rollout: an unwritable --out would lose them all at the end
-        open(args.out, "a").close()
+        open(out, "a").close()
     except OSError as err:
-        sys.exit(f"--out {args.out}: cannot write there ({err.strerror})")
+        sys.exit(f"--out {out}: cannot write there ({err.strerror})")
     recipe = harness.load_recipe(args.recipe)
     script_args = recipe_arguments(recipe, rest)
     # Ready the tools here (the sandbox refuses in one line, rather than as an error string in every rollout).

@@ -100,3 +100,17 @@ def test_evaluate_then_rejection_sampling_then_sft_then_grpo(server, kit, tmp_pa
     trainer = tool_use_grpo.main(["--config", str(kit / "tool_use_grpo.yaml"), "--model_name_or_path", str(sft),
                                   "--max_steps", "1", "--eval_strategy", "no", "--output_dir", str(tmp_path / "grpo")])
     assert trainer.state.global_step == 1
+
+
+def test_an_earlier_out_is_never_replaced_without_asking(tmp_path):
+    out = tmp_path / "results.jsonl"
+    out.write_text('{"paid": "for"}\n{"paid": "too"}\n')
+    proc = subprocess.run([sys.executable, str(ROOT / "evaluate.py"), "gsm8k_grpo", "--base_url",
+                           f"http://127.0.0.1:{free_port()}/v1", "--model", "m", "--out", str(out)],
+                          capture_output=True, text=True, timeout=120, cwd=ROOT, check=False)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == (f"--out {out} already holds 2 rollouts: pass another --out (e.g. "
+                                                     f"{tmp_path / 'results-2.jsonl'}) to keep both, or --overwrite_out "
+                                                     "to replace it")
+    assert out.read_text() == '{"paid": "for"}\n{"paid": "too"}\n'
+
