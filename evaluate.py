@@ -6,8 +6,8 @@
 The server can be a hosted API, `vllm serve <model>`, or `transformers serve <model>`, including a checkpoint you just
 trained (the before/after loop). The recipe module (`gsm8k_grpo`, `tool_use_grpo`, `search_agent_grpo`, `code_grpo`
 or your fork) supplies everything through the contract in harness.py: `build_dataset`, `SYSTEM_PROMPT` (inside its
-prompts), `TOOLS` and `setup_tools`, `setup_rubric`, `REWARD_FUNCS`, `REWARD_WEIGHTS`; the recipe's own flags (its ScriptArguments: `--dataset_path`,
-`--corpus_path`, `--tool_timeout`, ...) are accepted here too. Tool calls go through the OpenAI tools API with the
+prompts), `TOOLS` and `setup_tools`, `setup_rubric`, `REWARD_FUNCS`, `REWARD_WEIGHTS`; the recipe's own flags (its
+ScriptArguments: `--dataset_path`, `--corpus_path`, `--tool_timeout`, ...) are accepted here too. Tool calls go through the OpenAI tools API with the
 schemas TRL builds from the same functions, and run locally in the recipe's own tools (the sandbox, the search index),
 up to the recipe's `max_tool_calling_iterations`.
 
