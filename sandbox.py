@@ -9,7 +9,7 @@ and a tester that runs a function's tests in another sandbox than the function (
     with box.session(program) as s:     # a confined child that lives for the block, one line in, one line out
         s.ask("message", timeout=1)
 
-    FunctionTester().run("def add(a, b):\\n    return a + b", "add", ["assert add(1, 2) == 3"])  # [Verdict(True, '')]
+    FunctionTester().run("def add(a, b):\\n    return a + b", "add", ["assert add(1, 2) == 3"])  # all passed
 
 Threat model. During RL the policy writes the code, thousands of times, and RL finds every hole: treat the code as
 hostile. It must not affect the trainer (kill it, trace it, change its limits, fill its memory), the machine (fill a
@@ -65,6 +65,7 @@ import threading
 import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor
+from typing import NamedTuple
 
 CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWNET = 0x00020000, 0x10000000, 0x40000000
 MS_BIND, MS_NOSUID, MS_NODEV = 4096, 2, 4
@@ -900,14 +901,10 @@ def _execute(code: str, max_output: int) -> str:
 # tests call the candidate's function through the trainer, which passes plain data (JSON: no object of the candidate's
 # crosses, nothing is unpickled) one call at a time. Each test gets a fresh candidate process and directory.
 
-class Verdict(tuple):
-    """One test's outcome: (passed, why); `why` is empty when it passed."""
-
-    def __new__(cls, passed: bool, why: str = ""):
-        return super().__new__(cls, (passed, why))
-
-    passed = property(lambda self: self[0])
-    why = property(lambda self: self[1])
+class Verdict(NamedTuple):
+    """One test's outcome; `why` is empty when it passed."""
+    passed: bool
+    why: str = ""
 
 
 class FunctionTester:
@@ -915,7 +912,7 @@ class FunctionTester:
 
         tester = FunctionTester(seconds_per_test=3)
         tester.run("def add(a, b):\\n    return a + b", "add", ["assert add(1, 2) == 3", "assert add(0, 0) == 1"])
-        # -> [Verdict(True, ''), Verdict(False, 'AssertionError')]
+        # -> [Verdict(passed=True, why=''), Verdict(passed=False, why='AssertionError')]
 
     A test passes when its source runs to the end without an exception, with `entry_point` and `candidate` bound to
     a stand-in that calls the program's function in the other sandbox and returns what it returned, rebuilt from plain
