@@ -14,14 +14,17 @@ offline/tiny-qwen2-{tools,search}/      the same model after a short SFT on tool
 offline/tiny-qwen2-code*/               with --code: a tiny model with a tokenizer trained on code, and its warm start
 offline/tiny-qwen3*/                    with --thinking, instead: Qwen3's chat template (enable_thinking), warm starts
                                         that think before each turn, and configs with `thinking: true`
-offline/<recipe>.yaml                   a `--config` for each recipe that trains on the above on CPU
+offline/<recipe>.yaml                   a `--config` for each recipe that trains on the above on CPU (its paths
+                                        relative to it); a rerun keeps a config you edited, writing <recipe>.new.yaml
 
 The base model is untrained, so its completions are noise and its rewards near zero: the kit exercises every code
 path of a recipe (data, chat template, generation, tools, rewards, GRPO loss, evaluation, checkpoints), not learning.
 """
 
 import argparse
+import hashlib
 import json
+import os
 import random
 import re
 from pathlib import Path
@@ -341,6 +344,35 @@ OFFLINE_GRPO_CONFIG = {
 }
 
 
+CONFIG_HEADER = "# written by `python offline.py`; paths are relative to this file. Edit freely: a rerun keeps an edited\n" \
+                "# file and writes its new config beside it (<name>.new.yaml). Unedited digest: "
+CONFIG_PATH_KEYS = ("model_name_or_path", "dataset_path", "output_dir", "corpus_path", "index_dir")
+
+
+def write_config(path: Path, config: dict) -> Path:
+    """Write a kit config, its paths relative to its folder, unless the file there was edited since offline.py wrote
+    it (its digest line no longer matches): then keep it, write <name>.new.yaml beside it, and say so."""
+    import yaml
+
+    config = {key: os.path.relpath(value, path.parent) if key in CONFIG_PATH_KEYS else value
+              for key, value in config.items()}
+    body = yaml.safe_dump(config, sort_keys=False)
+    text = f"{CONFIG_HEADER}{hashlib.sha256(body.encode()).hexdigest()[:16]}\n{body}"
+    if path.is_file() and path.read_text() != text and not written_unedited(path.read_text()):
+        beside = path.with_suffix(".new.yaml")
+        beside.write_text(text)
+        print(f"kept {path}: it was edited since offline.py wrote it; the new config is {beside}")
+        return beside
+    path.write_text(text)
+    return path
+
+
+def written_unedited(text: str) -> bool:
+    """Whether a config's text is what offline.py wrote: the digest in its header matches the rest."""
+    digest, _, body = text[len(CONFIG_HEADER):].partition("\n")
+    return text.startswith(CONFIG_HEADER) and digest == hashlib.sha256(body.encode()).hexdigest()[:16]
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out_dir", default="offline", help="where to write the kit")
@@ -354,7 +386,6 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--sft_steps", type=int, default=150, help="SFT steps of each warm start")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
-    import yaml
     from trl.chat_template_utils import qwen2_5_chat_template, qwen3_chat_template
 
     import gsm8k_grpo
@@ -376,24 +407,22 @@ def main(argv: list[str] | None = None) -> None:
                "<reasoning>\nStep by step.\n</reasoning>\n<answer>\n42\n</answer>"]
     model_dir = build_tiny_model(out / name, corpus, seed=args.seed, thinking=args.thinking,
                                  hidden_size=128 if args.vllm else 64)
-    written = [data_dir, search_dir, model_dir, out / "gsm8k_grpo.yaml"]
+    written = [data_dir, search_dir, model_dir]
     config = {"model_name_or_path": str(model_dir), "dataset_path": str(data_dir),
               "output_dir": str(out / "runs" / "gsm8k_grpo"), **OFFLINE_GRPO_CONFIG,
               **({"thinking": True} if args.thinking else {})}
-    (out / "gsm8k_grpo.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    written.append(write_config(out / "gsm8k_grpo.yaml", config))
     sft_config = {"recipe": "gsm8k_grpo", "source": "gold", "dataset_path": str(data_dir),
                   "model_name_or_path": str(model_dir), "output_dir": str(out / "runs" / "sft_warmstart"),
                   "use_cpu": True, "gradient_checkpointing": False, "max_steps": 50, "learning_rate": 1e-3,
                   "env": {"OMP_NUM_THREADS": "1"}}
-    (out / "sft_warmstart.yaml").write_text(yaml.safe_dump(sft_config, sort_keys=False))
-    written.append(out / "sft_warmstart.yaml")
+    written.append(write_config(out / "sft_warmstart.yaml", sft_config))
     if args.tools:
         tools_dir = warm_start(model_dir, out / f"{name}-tools", conversations, tool_use_grpo.TOOLS,
                                steps=args.sft_steps, seed=args.seed)
         tool_config = {**config, "model_name_or_path": str(tools_dir), "max_completion_length": 96,
                        "max_tool_calling_iterations": 2, "output_dir": str(out / "runs" / "tool_use_grpo")}
-        (out / "tool_use_grpo.yaml").write_text(yaml.safe_dump(tool_config, sort_keys=False))
-        written += [tools_dir, out / "tool_use_grpo.yaml"]
+        written += [tools_dir, write_config(out / "tool_use_grpo.yaml", tool_config)]
     if args.search:
         search_options = {"corpus_path": str(search_dir / "corpus.jsonl"), "index_dir": str(out / "bm25_index"),
                           "search_top_k": 2, "snippet_chars": 90}
@@ -406,8 +435,7 @@ def main(argv: list[str] | None = None) -> None:
         search_config = {**config, **search_options, "model_name_or_path": str(search_model),
                          "dataset_path": str(search_dir / "questions"), "max_completion_length": 192,
                          "max_tool_calling_iterations": 3, "output_dir": str(out / "runs" / "search_agent_grpo")}
-        (out / "search_agent_grpo.yaml").write_text(yaml.safe_dump(search_config, sort_keys=False))
-        written += [search_model, out / "search_agent_grpo.yaml"]
+        written += [search_model, write_config(out / "search_agent_grpo.yaml", search_config)]
     if args.code:
         written += write_code_kit(out, config, args)
     print("wrote " + ", ".join(map(str, written)))
@@ -415,7 +443,6 @@ def main(argv: list[str] | None = None) -> None:
 
 def write_code_kit(out: Path, config: dict, args) -> list[Path]:
     """--code: toy problems, a tiny model whose tokenizer learned code, its warm start and code_grpo.yaml."""
-    import yaml
     from trl.chat_template_utils import qwen2_5_chat_template
 
     code_dir = write_toy_code(out / "code_toy", seed=args.seed)
@@ -428,8 +455,7 @@ def write_code_kit(out: Path, config: dict, args) -> list[Path]:
     code_config = {**config, "model_name_or_path": str(model), "dataset_path": str(code_dir),
                    "max_completion_length": 48, "test_workers": 1, "output_dir": str(out / "runs" / "code_grpo")}
     code_config.pop("thinking", None)  # the code model is Qwen2.5's template
-    (out / "code_grpo.yaml").write_text(yaml.safe_dump(code_config, sort_keys=False))
-    return [code_dir, base, model, out / "code_grpo.yaml"]
+    return [code_dir, base, model, write_config(out / "code_grpo.yaml", code_config)]
 
 
 if __name__ == "__main__":

@@ -17,6 +17,8 @@ its traceback. Editing this file changes every recipe; editing a recipe changes 
 
 import ast
 import difflib
+import errno
+import functools
 import importlib.metadata
 import importlib.util
 import json
@@ -25,9 +27,11 @@ import math
 import os
 import re
 import shlex
+import shutil
 import sys
+import traceback
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 import datasets
@@ -35,7 +39,7 @@ import huggingface_hub
 import torch
 import yaml
 from datasets import Dataset, load_dataset
-from datasets.data_files import EmptyDatasetError, get_data_patterns
+from datasets.data_files import EmptyDatasetError, get_data_patterns, resolve_pattern
 from transformers import AutoTokenizer, PrinterCallback, ProgressCallback
 from trl import GRPOConfig, GRPOTrainer, ModelConfig, TrlParser
 
@@ -88,6 +92,7 @@ class RecipeGRPOConfig(GRPOConfig):
                      "generate with transformers.")
         elif self.use_vllm and not cuda and self.vllm_mode == "server":
             sys.exit("--vllm_mode server moves weights over NCCL, which needs CUDA: on a CPU use --vllm_mode colocate.")
+        preflight.check_ranges(self)
         preflight.check_batch_divisibility(self)
         super().__post_init__()  # turns a --chat_template_kwargs JSON string into a dict
         if self.thinking is not None:
@@ -113,40 +118,179 @@ def parse_args(script_arguments, defaults: dict, argv: list[str] | None = None, 
                **more_defaults):
     """(script_args, training_args, model_args): the command line over a --config YAML over the recipe's defaults.
 
-    A misspelled flag or YAML key, a bad value, a missing or broken --config end in one line with the nearest valid
-    name; flags are never matched by prefix (`--learning_rat` is not `--learning_rate`).
+    A misspelled flag or YAML key (or one of another recipe), a bad or out-of-range value, a missing, broken or
+    misshapen --config end in one line with the nearest valid name; flags are never matched by prefix (`--learning_rat`
+    is not `--learning_rate`). A relative path in a config file is relative to that file (config_paths). --help shows
+    the recipe's own options and the ones it sets; --help_all every option.
     """
     quiet_noise()  # the config classes warn while they are built
     parser = TrlParser((script_arguments, config_class, ModelConfig), allow_abbrev=False)
-    parser.error = lambda message: sys.exit(f"{message} (--help lists every option)")  # argparse: no usage dump
+    parser.error = lambda message: sys.exit(f"{message} (--help lists the options)")  # argparse: no usage dump
     parser.set_defaults_with_config(**defaults, **more_defaults)
-    argv = sys.argv[1:] if argv is None else argv
-    config = argv[argv.index("--config") + 1] if "--config" in argv[:-1] else None
+    argv = list(sys.argv[1:] if argv is None else argv)
+    recipe = recipe_name(script_arguments)
+    if "--help_all" in argv:
+        parser.print_help()
+        sys.exit(0)
+    if "-h" in argv or "--help" in argv:
+        print(short_help(parser, script_arguments, {**defaults, **more_defaults}, recipe))
+        sys.exit(0)
+    config_path, argv = pop_config(argv)
+    config = read_config(config_path) if config_path else {}
+    for key, value in config.pop("env", {}).items():  # as TrlParser does: the YAML's `env:` block
+        os.environ[key] = str(value)
+    known = {action.dest for action in parser._actions}
+    unknown = [key for key in config if key not in known]
+    if unknown:
+        sys.exit(f"unknown key(s) in {config_path}: " + ", ".join(unknown_hint(key, config[key], known, recipe)
+                                                                 for key in unknown) + " (--help lists the options)")
+    parser.set_defaults_with_config(**config)
     try:
-        script_args, training_args, model_args = parser.parse_args_and_config(argv)
-    except FileNotFoundError as err:
-        if config is None or err.filename != config:
-            raise
-        sys.exit(f"--config {config}: no such file")
-    except yaml.YAMLError as err:
-        sys.exit(f"--config {config}: not valid YAML: {' '.join(str(err).split())}")
+        script_args, training_args, model_args = parser.parse_args_into_dataclasses(args=argv)
     except ValueError as err:
-        unknown = re.search(r"(not used by the HfArgumentParser|Unknown arguments from config file): (\[.*?\])",
-                            str(err))
+        unknown = re.search(r"not used by the HfArgumentParser: (\[.*?\])", str(err))
         if unknown is None:
             raise
-        names = [a for a in ast.literal_eval(unknown.group(2)) if a.startswith("--")]
-        known = [name for name in parser._option_string_actions if name.startswith("--")]
-        hints = [f"{name}" + "".join(f" (did you mean {m}?)" for m in difflib.get_close_matches(name, known, 1, 0.75))
-                 for name in names]
-        where = f"key(s) in {config}" if unknown.group(1).startswith("Unknown") else "option(s)"
-        sys.exit(f"unknown {where}: {', '.join(h if where == 'option(s)' else h.replace('--', '') for h in hints)} "
-                 "(--help lists every option)")
-    given = {a[2:].split("=")[0] for a in argv if a.startswith("--")}
-    if config:
-        given |= set(yaml.safe_load(Path(config).read_text()) or {})
+        names = [a.split("=")[0] for a in ast.literal_eval(unknown.group(1)) if a.startswith("--")]
+        hints = [unknown_hint(name[2:], None, known, recipe, prefix="--") for name in names]
+        sys.exit(f"unknown option(s): {', '.join(hints)} (--help lists the options)")
+    preflight.check_ranges(script_args)
+    preflight.check_ranges(model_args)
+    given = {a[2:].split("=")[0] for a in argv if a.startswith("--")} | set(config)
     apply_dependent_defaults(training_args, model_args, given)
+    training_args.run_identity = run_identity(recipe, script_args, model_args)
     return script_args, training_args, model_args
+
+
+def recipe_name(script_arguments) -> str:
+    """The recipe's file name, without .py, from its ScriptArguments class (run as a script: from its file)."""
+    module = script_arguments.__module__
+    if module == "__main__":
+        return Path(getattr(sys.modules["__main__"], "__file__", "recipe")).stem
+    return module.rsplit(".", 1)[-1]
+
+
+def pop_config(argv: list[str]) -> tuple[str | None, list[str]]:
+    """(the --config path, the other arguments); `--config path` and `--config=path` alike."""
+    for i, arg in enumerate(argv):
+        if arg == "--config":
+            if i + 1 == len(argv):
+                sys.exit("--config needs a YAML file, e.g. --config offline/gsm8k_grpo.yaml")
+            return argv[i + 1], argv[:i] + argv[i + 2:]
+        if arg.startswith("--config="):
+            return arg.split("=", 1)[1], argv[:i] + argv[i + 1:]
+    return None, argv
+
+
+# The configs `python offline.py` writes, and the flag that writes each (a hint when one is asked for before).
+KIT_CONFIGS = {"gsm8k_grpo.yaml": "", "sft_warmstart.yaml": "", "tool_use_grpo.yaml": " --tools",
+               "search_agent_grpo.yaml": " --search", "code_grpo.yaml": " --code"}
+# Options that name a path; in a config file, relative to the file. A model or a checkpoint may also be a Hub id or
+# `last`: those are taken from the file's folder only when they exist there.
+CONFIG_PATHS = ("dataset_path", "corpus_path", "rollouts", "output_dir", "index_dir")
+CONFIG_PATHS_IF_THERE = ("model_name_or_path", "resume_from_checkpoint")
+
+
+def read_config(path: str) -> dict:
+    """A --config file as a dict of option: value, its relative paths made relative to the file; one line for a
+    missing file (naming the offline.py flag that writes a kit config), a folder, broken YAML, or a YAML not a mapping."""
+    file = Path(path)
+    if file.is_dir():
+        inside = ", ".join(sorted(p.name for p in file.glob("*.y*ml"))) or "no YAML files"
+        sys.exit(f"--config {path} is a folder ({inside} in it): pass one YAML file")
+    if not file.is_file():
+        writer = KIT_CONFIGS.get(file.name)
+        hint = f"; `python offline.py{writer}` writes it" if writer is not None and file.parent.name == "offline" else ""
+        sys.exit(f"--config {path}: no such file{hint}")
+    try:
+        config = yaml.safe_load(file.read_text())
+    except yaml.YAMLError as err:
+        sys.exit(f"--config {path}: not valid YAML: {' '.join(str(err).split())}")
+    except UnicodeDecodeError:
+        sys.exit(f"--config {path}: not a text file; pass a YAML file of option: value lines")
+    config = {} if config is None else config
+    if not isinstance(config, dict):
+        sys.exit(f"--config {path}: a YAML mapping of option: value lines is needed (e.g. `learning_rate: 1.0e-5`), "
+                 f"not a {type(config).__name__}")
+    if not isinstance(config.get("env", {}), dict):
+        sys.exit(f"--config {path}: `env:` must be a mapping of variable: value")
+    return config_paths(config, file.parent)
+
+
+def config_paths(config: dict, folder: Path) -> dict:
+    """The config with each relative path joined to the config file's folder (see CONFIG_PATHS)."""
+    config = dict(config)
+    for key in CONFIG_PATHS + CONFIG_PATHS_IF_THERE:
+        value = config.get(key)
+        if not isinstance(value, str) or not value or Path(value).expanduser().is_absolute():
+            continue
+        joined = folder / value
+        if key in CONFIG_PATHS or joined.exists():
+            config[key] = os.path.normpath(joined)
+    return config
+
+
+def unknown_hint(name: str, value, known: set[str], recipe: str, prefix: str = "") -> str:
+    """An unknown option or key, with its nearest known name, or the recipe it belongs to, or (a YAML section) how
+    to write it."""
+    if isinstance(value, dict):
+        return (f"{name} (a section: options go at the top level of the file, `learning_rate: 1.0e-5`, not "
+                f"under `{name}:`)")
+    owners = [other for other, options in recipe_options().items() if other != recipe and name in options]
+    if owners:
+        return f"{prefix}{name} (an option of {' and '.join(o + '.py' for o in owners)}, not of {recipe}.py)"
+    close = difflib.get_close_matches(name, sorted(known), 1, 0.75)
+    return f"{prefix}{name}" + (f" (did you mean {prefix}{close[0]}?)" if close else "")
+
+
+@functools.lru_cache(maxsize=1)
+def recipe_options() -> dict[str, set[str]]:
+    """Each script's own options (its ScriptArguments fields), read from the scripts beside this file; none imported.
+    """
+    options = {}
+    for path in sorted(Path(__file__).parent.glob("*.py")):
+        try:
+            tree = ast.parse(path.read_text())
+        except (SyntaxError, UnicodeDecodeError):
+            continue
+        for node in tree.body:
+            if isinstance(node, ast.ClassDef) and node.name == "ScriptArguments":
+                options[path.stem] = {item.target.id for item in node.body if isinstance(item, ast.AnnAssign)
+                                      and isinstance(item.target, ast.Name)}
+    return options
+
+
+def short_help(parser, script_arguments, defaults: dict, recipe: str) -> str:
+    """--help: the recipe's own options, then the ones it sets, each with its value and help; --help_all for all."""
+    actions = {action.dest: action for action in parser._actions}
+    own = [f.name for f in fields(script_arguments)]
+
+    def lines(names, value_of) -> list[str]:
+        out = []
+        for name in names:
+            help_text = " ".join(str(actions[name].help or "").split()) if name in actions else ""
+            out.append(f"  --{name} {value_of(name)!r}" + (f": {help_text}" if help_text else ""))
+        return [line if len(line) <= 118 else line[:117] + "…" for line in out]
+
+    total = sum(1 for action in parser._actions if action.option_strings) - 1
+    return "\n".join([f"usage: python {recipe}.py [--config FILE.yaml] [--option value ...]", "",
+                      f"{recipe}.py's own options (default shown):",
+                      *lines(own, lambda name: actions[name].default),
+                      "", "TRL and transformers options this recipe sets (its value shown):",
+                      *lines([name for name in defaults if name not in own], lambda name: defaults[name]), "",
+                      f"--help_all lists all {total} options (TRL's config for this trainer and ModelConfig); each is "
+                      "a flag or a --config YAML key."])
+
+
+def run_identity(recipe: str, script_args, model_args) -> dict:
+    """What a checkpoint of this run must match to be resumed (preflight.check_resume): the recipe, the model, the
+    data (a local path, resolved; None: the recipe's Hub dataset), and LoRA or a full fine-tune."""
+    model = model_args.model_name_or_path
+    data = getattr(script_args, "dataset_path", None)
+    return {"recipe": recipe,
+            "model": str(Path(model).expanduser().resolve()) if Path(model).expanduser().exists() else model,
+            "data": str(Path(data).resolve()) if data else None,
+            "use_peft": bool(model_args.use_peft)}
 
 
 def apply_dependent_defaults(training_args, model_args, given: set[str]) -> None:
@@ -178,11 +322,15 @@ def apply_dependent_defaults(training_args, model_args, given: set[str]) -> None
 
 
 # ------------------------------------------------------------------------------------------------------------- data
+LOCAL_FORMATS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
+
+
 def load_split(split: str, dataset_path: str | None, name: str | None = None, config: str | None = None) -> Dataset:
-    """One split of local data (a JSON/JSONL/parquet file: train only; or a folder of split files) or, without
+    """One split of local data (a JSON/JSONL/parquet/CSV file: train only; or a folder of split files) or, without
     dataset_path, of the Hub dataset `name` (`config`), as the recipe names it.
 
-    Unreachable Hub data, a missing path and a malformed JSON line end in one line (file and 1-based line number)."""
+    Unreachable Hub data, a missing path, an unknown file type, an empty file and a malformed JSON line end in one
+    line (file and 1-based line number)."""
     if dataset_path is None:
         if not huggingface_hub.constants.HF_HUB_OFFLINE and not preflight.hub_reachable():
             sys.exit(f"cannot reach {huggingface_hub.constants.ENDPOINT} for the dataset {name} (no network?): run "
@@ -191,37 +339,53 @@ def load_split(split: str, dataset_path: str | None, name: str | None = None, co
             return load_dataset(name, config, split=split)
         except ConnectionError as err:  # offline and not cached
             sys.exit(f"dataset {name}: {err}; download it once online, or pass --dataset_path local files")
-    if not Path(dataset_path).exists():
+    path = Path(dataset_path)
+    if not path.exists():
         sys.exit(f"{dataset_path}: no such file or folder")
+    if path.is_dir():  # each split alone: a folder's splits may differ in their columns
+        try:
+            patterns = {str(name): files for name, files in get_data_patterns(dataset_path).items()}
+        except EmptyDatasetError:
+            sys.exit(f"{dataset_path}: no data files there; put {split}.jsonl (or .json, .parquet, .csv) in it")
+        if split not in patterns:
+            sys.exit(f"{dataset_path}: no {split!r} split there (it has {', '.join(patterns) or 'none'}); name "
+                     f"the files {split}.jsonl")
+        files = [Path(file) for file in data_files(patterns[split], dataset_path)]
+    elif split != "train":
+        sys.exit(f"{dataset_path} is one file, read as the train split: for a {split!r} split, point --dataset_path "
+                 f"at a folder with train.jsonl and {split}.jsonl")
+    else:
+        files = [path]
+    formats = {LOCAL_FORMATS.get("".join(file.suffixes[-1:]).lower()) for file in files}
+    if None in formats or len(formats) > 1:
+        sys.exit(f"{dataset_path}: {', '.join(f.name for f in files)}: one kind of data file is read, "
+                 f"{', '.join(LOCAL_FORMATS)}")
+    for file in files:
+        if not file.read_bytes().strip():
+            sys.exit(f"{file}: empty; a {split} split needs at least one row")
     datasets.disable_progress_bars()  # local files load in a blink; their bars are noise
     datasets.logging.set_verbosity(logging.CRITICAL)  # a bad line is reported below, once
     try:
-        if Path(dataset_path).is_dir():  # each split alone: a folder's splits may differ in their columns
-            try:
-                patterns = {str(name): files for name, files in get_data_patterns(dataset_path).items()}
-            except EmptyDatasetError:
-                sys.exit(f"{dataset_path}: no data files there; put {split}.jsonl (or .json, .parquet) in it")
-            if split not in patterns:
-                sys.exit(f"{dataset_path}: no {split!r} split there (it has {', '.join(patterns) or 'none'}); name "
-                         f"the files {split}.jsonl")
-            return load_dataset(dataset_path, data_files={split: patterns[split]}, split=split)
-        file_format = "parquet" if dataset_path.endswith(".parquet") else "json"
-        return load_dataset(file_format, data_files={"train": dataset_path}, split=split)
-    except ValueError as err:
-        if str(err).startswith("Unknown split"):
-            sys.exit(f"{dataset_path}: no {split!r} split there ({err}); name the files {split}.jsonl")
-        bad = first_bad_json_line(dataset_path)  # datasets 4.7 raises a plain ValueError for a bad line
+        return load_dataset(formats.pop(), data_files={split: [str(file) for file in files]}, split=split)
+    except (ValueError, datasets.exceptions.DatasetGenerationError) as err:
+        bad = first_bad_json_line(dataset_path) if LOCAL_FORMATS.get(files[0].suffix.lower()) == "json" else None
         if bad is None:
-            raise
-        sys.exit(bad)
-    except datasets.exceptions.DatasetGenerationError:
-        bad = first_bad_json_line(dataset_path)
-        if bad is None:
-            raise
+            sys.exit(f"{dataset_path}: cannot read its {split} data ({' '.join(str(err).split())[:300]})")
         sys.exit(bad)
     finally:
         datasets.enable_progress_bars()
         datasets.logging.set_verbosity(logging.WARNING)
+
+
+def data_files(patterns: list[str], folder: str) -> list[str]:
+    """The files of a folder that datasets' split patterns match (as load_dataset would read them)."""
+    files = set()
+    for pattern in patterns:
+        try:
+            files.update(resolve_pattern(pattern, folder))
+        except FileNotFoundError:  # a pattern that matches nothing
+            pass
+    return sorted(files)
 
 
 def first_bad_json_line(dataset_path: str) -> str | None:
@@ -255,9 +419,29 @@ def load_splits(build, training_args: GRPOConfig, dataset_path: str | None,
         eval_dataset = build("test", dataset_path) if evaluate else None
     except ValueError as err:  # a missing column or split: one line, not a traceback
         sys.exit(str(err))
+    for split, dataset in (("train", train_dataset), ("test", eval_dataset)):
+        if dataset is not None:
+            check_rows(dataset, split, dataset_path)
     if eval_dataset is not None:
         eval_dataset = eval_dataset.select(range(min(num_eval_examples, len(eval_dataset))))
     return train_dataset, eval_dataset
+
+
+def check_rows(dataset: Dataset, split: str, dataset_path: str | None) -> None:
+    """A split with no rows, or whose gold answers (the recipe's parsed `answer` column) are all unreadable, is
+    refused: every completion would score 0 on correctness and the run would learn nothing. Some unreadable: logged."""
+    source = dataset_path or "the recipe's dataset"
+    if len(dataset) == 0:
+        sys.exit(f"{source}: its {split} split has no rows")
+    if "answer" not in dataset.column_names:
+        return
+    unreadable = sum(1 for answer in dataset["answer"] if answer is None or not str(answer).strip())
+    if unreadable == len(dataset):
+        sys.exit(f"{source}: none of the {len(dataset)} {split} rows has a gold answer the recipe can read (GSM8K "
+                 "form ends its answer with '#### <number>'): every completion would score 0 on correctness")
+    if unreadable:
+        logger.warning(f"{source}: {unreadable} of {len(dataset)} {split} rows ({unreadable / len(dataset):.0%}) have "
+                       "no gold answer the recipe can read: they score 0 on correctness for every completion")
 
 
 # -------------------------------------------------------------------------------------------------------------- run
@@ -410,15 +594,58 @@ def run(trainer: GRPOTrainer) -> GRPOTrainer:
     logger.info(f"rubric (rewards.py documents each):\n{rubric}")
     run_training(trainer)
     output_dir = trainer.args.output_dir
-    trainer.save_model(output_dir)
+    save_atomically(output_dir, trainer.save_model, trainer.args.should_save)
     if trainer.is_world_process_zero():
         plot_training(trainer.state.log_history, Path(output_dir) / PLOT_FILE)
     logger.info(f"saved the trained model and {PLOT_FILE} to {output_dir}")
     return trainer
 
 
+def save_atomically(output_dir: str | Path, save, moves: bool = True) -> None:
+    """save(folder) into a staging folder inside output_dir, then each file renamed into output_dir: a full disk or a
+    kill while writing leaves the model that was there before whole. Every process calls save (it may gather a
+    sharded model); the ones that write (`moves`) rename."""
+    output, staging = Path(output_dir), Path(output_dir) / ".saving"
+    try:
+        save(str(staging))
+        if moves:
+            for path in staging.iterdir():
+                if path.is_dir() and (output / path.name).is_dir():
+                    shutil.rmtree(output / path.name)
+                os.replace(path, output / path.name)
+            staging.rmdir()
+    except Exception as err:
+        if not disk_full(err, output):
+            raise
+        shutil.rmtree(staging, ignore_errors=True)
+        sys.exit(f"no space left on the device of {output} while saving the final model: what was "
+                 f"there is unchanged{checkpoint_note(output)}; free some space and run again")
+
+
+def disk_full(err: Exception, output: Path) -> bool:
+    """Whether err is a write that failed for want of space: an OSError saying so, or one of the errors torch.save
+    raises instead ('unexpected pos', 'iostream error'), raised while saving, on a device with almost nothing free."""
+    chain = [err, err.__context__, err.__cause__]
+    if any(isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT) for e in chain):
+        return True
+    if any(words in str(e) for e in chain for words in ("No space left on device", "os error 28", "quota exceeded")):
+        return True
+    saving = any("save" in frame.name for frame in traceback.extract_tb(err.__traceback__))
+    try:
+        return saving and shutil.disk_usage(output).free < 16 * 2**20
+    except OSError:
+        return False
+
+
+def checkpoint_note(output: Path) -> str:
+    """', the newest complete checkpoint is checkpoint-N' (or nothing), for a message after a failed save."""
+    complete = [p for p in preflight.checkpoints_in(output) if (p / "trainer_state.json").is_file()]
+    return f", and the newest complete checkpoint is {complete[-1].name}" if complete else ""
+
+
 def run_training(trainer, training_args=None) -> None:
-    """trainer.train() with compact logs; Ctrl-C saves nothing new and prints the exact command that resumes."""
+    """trainer.train() with compact logs; Ctrl-C saves nothing new and prints the exact command that resumes; a full
+    disk while saving a checkpoint is one line (the checkpoint it cut short is skipped on resume)."""
     training_args = training_args or trainer.args
     for verbose, compact in ((ProgressCallback, CompactProgress), (PrinterCallback, CompactPrinter)):
         if trainer.pop_callback(verbose) is not None:
@@ -434,6 +661,14 @@ def run_training(trainer, training_args=None) -> None:
             print(f"\ninterrupted at step {trainer.state.global_step}; resume from the newest checkpoint with: "
                   f"{resume_command()}", file=sys.stderr)
         raise SystemExit(130) from None  # the shell's code for Ctrl-C
+    except Exception as err:
+        output = Path(training_args.output_dir)
+        if not disk_full(err, output):
+            raise
+        note = checkpoint_note(output)
+        fix = f"free some space, then resume with: {resume_command()}" if note else "free some space and run again"
+        sys.exit(f"no space left on the device of {output} at step {trainer.state.global_step}, "
+                 f"while saving{note.replace(', and the', '; the')}: {fix}")
 
 
 def resume_command() -> str:
@@ -458,17 +693,22 @@ def compact_line(state, logs: dict) -> str:
     prefix = "eval_" if any(key.startswith("eval_") for key in logs) else ""
     parts = [f"{'eval at ' if prefix else ''}step {state.global_step}/{state.max_steps}"]
     if f"{prefix}reward" in logs:
-        components = " ".join(f"{key[len(prefix) + 8:-5].removesuffix('_reward')} {value:.2f}"
+        components = " ".join(f"{key[len(prefix) + 8:-5].removesuffix('_reward')} {number(value, '.2f')}"
                               for key, value in logs.items()
                               if key.startswith(f"{prefix}rewards/") and key.endswith("/mean"))
-        parts.append(f"reward {logs[prefix + 'reward']:.3f} ({components})")
+        parts.append(f"reward {number(logs[prefix + 'reward'], '.3f')} ({components})")
     shown = (("completions/mean_length", "length", ".0f"), ("tools/call_frequency", "tool calls", ".2f"),
              ("tools/seconds", "tool s", ".1f"), ("step_time", "s/step", ".2f"), ("loss", "loss", ".4g"),
              ("mean_token_accuracy", "token accuracy", ".3f"), ("learning_rate", "lr", ".3g"))
     for key, label, form in shown:
         if prefix + key in logs:
-            parts.append(f"{label} {logs[prefix + key]:{form}}")
+            parts.append(f"{label} {number(logs[prefix + key], form)}")
     return " | ".join(parts)
+
+
+def number(value, form: str) -> str:
+    """A logged number in `form`; n/a where TRL logs None (a reward that scored no completion of the batch)."""
+    return "n/a" if value is None else f"{value:{form}}"
 
 
 class CompactProgress(ProgressCallback):

@@ -7,11 +7,13 @@ network), GPU memory (`check_memory`), the chat template (`check_tool_template`,
 (`setup_wandb`). Each ends in one line that names the fix; a real bug still shows its traceback.
 """
 
+import dataclasses
 import importlib.util
 import json
 import logging
 import math
 import os
+import re
 import shlex
 import shutil
 import sys
@@ -44,6 +46,61 @@ def check_batch_divisibility(args: GRPOConfig) -> None:
     if args.eval_strategy != "no" and (eval_batch * world) % n_eval:
         sys.exit(f"per_device_eval_batch_size × processes = {eval_batch} × {world} is not a multiple of "
                  f"num_generations_eval={n_eval}: pass --per_device_eval_batch_size {n_eval}.")
+
+def _positive(value) -> bool:
+    return value > 0
+
+
+def _fraction(value) -> bool:
+    return 0 < value <= 1
+
+
+def _probability(value) -> bool:
+    return 0 <= value < 1
+
+
+# option -> (whether a value is in range, the range in words). None always passes: "not set".
+RANGES = {
+    "num_generations": (lambda v: v >= 2, "at least 2 (GRPO compares the completions of one prompt with each other)"),
+    "max_steps": (lambda v: v > 0 or v == -1, "a positive number of steps, or -1 to train --num_train_epochs"),
+    "num_train_epochs": (_positive, "positive"), "learning_rate": (_positive, "positive"),
+    "lora_learning_rate": (_positive, "positive"), "temperature": (_positive, "positive (1.0 samples the model as is)"),
+    "top_p": (_fraction, "in (0, 1]"), "min_p": (lambda v: 0 <= v <= 1, "in [0, 1]"),
+    "top_k": (lambda v: v >= -1, "0 or -1 (off), or a positive number of tokens"),
+    "vllm_gpu_memory_utilization": (_fraction, "in (0, 1], the share of the GPU's memory vLLM may take"),
+    "top_entropy_quantile": (lambda v: 0 <= v <= 1, "in [0, 1]"), "lora_dropout": (_probability, "in [0, 1)"),
+    "adam_beta1": (_probability, "in [0, 1)"), "adam_beta2": (_probability, "in [0, 1)"),
+    "repetition_penalty": (_positive, "positive (1.0: none)"), "adam_epsilon": (_positive, "positive"),
+    "lora_alpha": (_positive, "positive"),
+}
+NOT_NEGATIVE = ("warmup_steps", "weight_decay", "max_grad_norm", "beta", "epsilon", "epsilon_high", "delta",
+                "dataloader_num_workers", "eval_delay", "label_smoothing_factor", "entropy_coef")
+# Counts, sizes, lengths and times: a recipe's own options named so as well as TRL's.
+POSITIVE_NAME = re.compile(r"^num_|^max_|_size$|_steps$|_length$|_iterations$|_limit$|^lora_r$|_workers$|seconds|"
+                           r"_timeout$|_chars$|_tokens$|_top_k$|^best_of$|_per_step$")
+MAY_BE_ZERO = {"dataloader_num_workers", "warmup_steps", "max_grad_norm", "num_completions_to_print"}
+
+
+def check_ranges(options) -> None:
+    """Every numeric option of a parsed config (a dataclass) in its range, before anything loads: one line naming the
+    option, its value and the range (`--num_generations 0` would divide by zero in TRL's batch check)."""
+    for item in dataclasses.fields(options):
+        name, value = item.name, getattr(options, item.name, None)
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            continue
+        if math.isnan(value):
+            sys.exit(f"--{name} nan: a number is needed")
+        if name in RANGES:
+            check, allowed = RANGES[name]
+        elif name in NOT_NEGATIVE:
+            check, allowed = (lambda v: v >= 0), "0 or more"
+        elif POSITIVE_NAME.search(name) and name not in MAY_BE_ZERO:
+            check, allowed = _positive, "positive"
+        else:
+            continue
+        if not check(value):
+            sys.exit(f"--{name} {value:g}: must be {allowed}")
+
 
 def check_launch(script: str, gpus: int | None = None) -> None:
     """A plain `python` run sees several GPUs: transformers would split one model across them (device_map="auto", a
@@ -307,16 +364,39 @@ def check_thinking_template(tokenizer, model_name: str, thinking: bool | None,
                        f"{max_completion_length} tokens: a completion cut inside <think> has no answer and scores 0 "
                        f"(no gradient). Pass --max_completion_length {THINKING_TOKENS} or more, or --thinking false.")
 
+RUN_FILE = "recipe_run.json"  # what the run in a folder trains: check_resume compares a resume with it
+MODEL_FILES = ("model.safetensors", "model.safetensors.index.json", "adapter_model.safetensors", "pytorch_model.bin")
+_LOCKS: dict[str, int] = {}  # output folder -> the descriptor whose lock this process holds (until exit)
+
+
+def checkpoints_in(output: Path) -> list[Path]:
+    """checkpoint-* folders in output, oldest step first."""
+    return sorted(output.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[-1]) if
+                  p.name.split("-")[-1].isdigit() else -1) if output.is_dir() else []
+
+
 def check_output_dir(training_args) -> None:
-    """Never lose work: refuse to start over on checkpoints unless asked, resolve `--resume_from_checkpoint last`,
-    and find an unwritable output directory now, not at the first save."""
+    """Never lose work: refuse to start over on checkpoints or a trained model unless asked, refuse a second run
+    into a folder a run is writing (a lock), resolve `--resume_from_checkpoint last` and refuse a resume whose recipe,
+    model or data differ from the checkpoint's (check_resume); find an unwritable output directory now, not at the
+    first save. Records what this run trains in the folder (RUN_FILE)."""
     output = Path(training_args.output_dir)
-    checkpoints = sorted(output.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[-1]) if
-                         p.name.split("-")[-1].isdigit() else -1) if output.is_dir() else []
+    try:
+        output.mkdir(parents=True, exist_ok=True)
+        tempfile.TemporaryFile(dir=output).close()
+    except OSError as err:
+        sys.exit(f"--output_dir {output}: cannot write there ({err.strerror}); pass a writable --output_dir")
+    each_node = getattr(training_args, "save_on_each_node", False)
+    writes = os.environ.get("LOCAL_RANK" if each_node else "RANK", "0") == "0"
+    if writes:
+        lock_output_dir(output)
+    checkpoints = checkpoints_in(output)
+    identity = getattr(training_args, "run_identity", None)
+    recorded = read_run(output)
     resume = training_args.resume_from_checkpoint
     if isinstance(resume, str) and resume.lower() in ("last", "latest", "true"):
-        # A run stopped while saving (Ctrl-C, a kill) leaves a checkpoint without trainer_state.json, which the
-        # Trainer writes last and cannot resume without: the newest complete one is the one to resume.
+        # A run stopped while saving (Ctrl-C, a kill, a full disk) leaves a checkpoint without trainer_state.json,
+        # which the Trainer writes last and cannot resume without: the newest complete one is the one to resume.
         complete = [p for p in checkpoints if (p / "trainer_state.json").is_file()]
         if not complete:
             sys.exit(f"--resume_from_checkpoint {resume}: {output} holds no complete checkpoint "
@@ -326,28 +406,99 @@ def check_output_dir(training_args) -> None:
             logger.warning(f"skipping {', '.join(p.name for p in incomplete)}: no trainer_state.json (the run stopped "
                            "while saving it)")
         training_args.resume_from_checkpoint = resume = str(complete[-1])
-        logger.info(f"resuming from {resume}")
     elif resume and not Path(resume).is_dir():
         found = ", ".join(p.name for p in checkpoints) or "none"
         sys.exit(f"--resume_from_checkpoint {resume}: no such folder (checkpoints in {output}: {found}; "
                  "`--resume_from_checkpoint last` takes the newest)")
-    if checkpoints and not resume:
+    if resume:
+        check_resume(Path(resume), identity)
+        logger.info(f"resuming from {resume}")
+    finished = [name for name in MODEL_FILES if (output / name).is_file()]
+    if (checkpoints or finished) and not resume:
+        held = ", ".join([p.name for p in checkpoints] + (["a trained model"] if finished else []))
+        other_run = differences(recorded, identity) if recorded and identity else []
         if not training_args.overwrite_output_dir:
-            sys.exit(f"{output} already holds {', '.join(p.name for p in checkpoints)}: continue with "
-                     "--resume_from_checkpoint last, or start over with --overwrite_output_dir (deletes them), or "
-                     "pass another --output_dir")
-        # One process deletes (every process of the node where each node saves its own): two racing over the same
-        # files crash the one that loses.
-        rank = os.environ.get("LOCAL_RANK" if training_args.save_on_each_node else "RANK", "0")
-        if rank == "0":
+            if other_run:
+                sys.exit(f"{output} already holds {held} of another run ({'; '.join(other_run)}): pass another "
+                         "--output_dir, or --overwrite_output_dir to delete them")
+            resume_hint = "continue with --resume_from_checkpoint last, or " if checkpoints else ""
+            sys.exit(f"{output} already holds {held}: {resume_hint}pass another --output_dir, or start over with "
+                     "--overwrite_output_dir (deletes them)")
+        if writes:  # one process deletes: two racing over the same files crash the one that loses
             for checkpoint in checkpoints:  # asked for: --overwrite_output_dir
                 shutil.rmtree(checkpoint)
-            logger.warning(f"--overwrite_output_dir: deleted {len(checkpoints)} checkpoint(s) in {output}")
+            for name in finished:
+                (output / name).unlink()
+            logger.warning(f"--overwrite_output_dir: deleted {held} in {output}")
+    if writes and identity and not resume:
+        (output / RUN_FILE).write_text(json.dumps(identity, indent=1) + "\n")
+
+
+def lock_output_dir(output: Path) -> None:
+    """Hold a lock on the output folder itself for as long as this process runs: a second run into the same folder,
+    started at the same time, would write the same checkpoint-N and final model files. Leaves no file behind."""
+    import fcntl
+
+    key = str(output.resolve())
+    if key in _LOCKS:  # this process's earlier run (a notebook cell run again, a test): it has finished
+        return
+    descriptor = os.open(output, os.O_RDONLY)
     try:
-        output.mkdir(parents=True, exist_ok=True)
-        tempfile.TemporaryFile(dir=output).close()
-    except OSError as err:
-        sys.exit(f"--output_dir {output}: cannot write there ({err.strerror}); pass a writable --output_dir")
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(descriptor)
+        sys.exit(f"--output_dir {output}: another run is writing there ({lock_holder(output)}); wait for it to end, or "
+                 "pass another --output_dir")
+    _LOCKS[key] = descriptor
+
+
+def lock_holder(folder: Path) -> str:
+    """'pid N: its command line' of the process holding a flock on folder, read from /proc/locks (Linux)."""
+    inode = os.stat(folder).st_ino
+    try:
+        for line in Path("/proc/locks").read_text().splitlines():
+            fields = line.split()
+            if "FLOCK" in fields and fields[-3].rsplit(":", 1)[-1] == str(inode):
+                pid = fields[-4]
+                command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                return f"pid {pid}: {command.strip()}"
+    except (OSError, IndexError):
+        pass
+    return "another process holds its lock"
+
+
+def read_run(folder: Path) -> dict | None:
+    try:
+        return json.loads((folder / RUN_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def differences(recorded: dict, identity: dict) -> list[str]:
+    """What differs between the run recorded in a folder and this one, in words ('model runs/a, not runs/b')."""
+    words = {"recipe": "recipe", "model": "model", "data": "data", "use_peft": "LoRA"}
+    shown = {"data": lambda v: v or "the recipe's Hub dataset", "recipe": lambda v: f"{v}.py",
+             "use_peft": lambda v: "on" if v else "off"}
+    return [f"{words[key]} {shown.get(key, str)(recorded.get(key))}, not {shown.get(key, str)(identity[key])}"
+            for key in words if key in recorded and recorded.get(key) != identity.get(key)]
+
+
+def check_resume(checkpoint: Path, identity: dict | None) -> None:
+    """Resume means resume: the checkpoint's run (RUN_FILE beside it) must have this run's recipe, model, data and
+    LoRA choice; otherwise one line says what differs and how to start a new run from the checkpoint's weights."""
+    recorded = read_run(checkpoint.parent) or read_run(checkpoint)
+    if identity is None:
+        return
+    if recorded is None:
+        logger.warning(f"{checkpoint}: no {RUN_FILE} beside it (a run before this check, or another program's): "
+                       "resuming without checking that its recipe, model and data are this run's")
+        return
+    different = differences(recorded, identity)
+    if different:
+        sys.exit(f"--resume_from_checkpoint {checkpoint} continues a run of {'; '.join(different)}: to train from its "
+                 f"weights in a new run, pass --model_name_or_path {checkpoint} (and another --output_dir) without "
+                 "--resume_from_checkpoint")
+
 
 @lru_cache(maxsize=1)
 def hub_reachable() -> bool:

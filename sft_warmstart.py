@@ -62,6 +62,7 @@ class RecipeSFTConfig(SFTConfig):
 
     def __post_init__(self):
         plumbing.default_precision(self)
+        preflight.check_ranges(self)
         super().__post_init__()
 
 
