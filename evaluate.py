@@ -27,12 +27,13 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from openai import APIConnectionError, APIStatusError, OpenAI
+from openai import APIConnectionError, APIResponseValidationError, APIStatusError, OpenAI
 from tqdm import tqdm
 from transformers import HfArgumentParser
 from transformers.utils import get_json_schema
 
 import harness
+import plumbing
 import rewards
 
 
@@ -87,8 +88,8 @@ def rollout(client, args, tool_list: list, example: dict, max_turns: int) -> dic
     sent = []  # the conversation as the API takes it back: a tool call's arguments as the JSON string it returned
     try:
         for _ in range(max_turns + 1):
-            response = client.chat.completions.create(model=args.model, messages=messages + sent, tools=schemas,
-                                                      max_tokens=args.max_tokens, temperature=args.temperature)
+            response = chat(client, model=args.model, messages=messages + sent, tools=schemas,
+                            max_tokens=args.max_tokens, temperature=args.temperature)
             usage["prompt_tokens"] += response.usage.prompt_tokens if response.usage else 0
             usage["completion_tokens"] += response.usage.completion_tokens if response.usage else 0
             message = response.choices[0].message
@@ -109,9 +110,47 @@ def rollout(client, args, tool_list: list, example: dict, max_turns: int) -> dic
             sent += results
         error = None
     except Exception as err:  # noqa: BLE001 - counted and reported; one failed rollout never ends the run
-        error = f"{type(err).__name__}: {err}"
+        error = api_error(err, args.base_url)
     return {"prompt": messages, "completion": completion, "usage": usage, "error": error,
             "tools": [get_json_schema(f) for f in tools.values()]}
+
+
+class NotACompletion(ValueError):
+    """The server answered 200 with something that is not an OpenAI chat completion."""
+
+
+def chat(client, **request):
+    """One chat completion; a 200 whose body is not a completion raises NotACompletion with what it was."""
+    try:
+        response = client.chat.completions.create(**request)
+    except json.JSONDecodeError as err:
+        raise NotACompletion(f"a body that is not JSON ({err.msg} at character {err.pos}: {err.doc[:120]!r})") from err
+    except APIResponseValidationError as err:
+        raise NotACompletion(f"a body that is not a chat completion ({err.message})") from err
+    if not hasattr(response, "choices") or not response.choices:
+        raise NotACompletion(f"a body that is not a chat completion ({str(response)[:120]!r})")
+    return response
+
+
+def api_error(err: Exception, base_url: str) -> str:
+    """A failed request in one line, with the server's own error text and, for a 404, the likely fix."""
+    if isinstance(err, APIStatusError):
+        text = err.response.text if err.response is not None else str(err)
+        try:  # OpenAI-style {"error": {"message": ...}}, FastAPI's {"detail": ...}, or the raw text
+            body = json.loads(text)
+            error = body.get("error", body) if isinstance(body, dict) else body
+            text = str(error.get("message") or error.get("detail") or error) if isinstance(error, dict) else str(error)
+        except ValueError:
+            pass
+        text = " ".join(text.split())[:300] or "(no error text)"
+        hint = ("; does --base_url end in /v1 (e.g. http://localhost:8000/v1)?" if err.status_code == 404 else
+                "; check --api_key (or OPENAI_API_KEY)" if err.status_code in (401, 403) else "")
+        return f"HTTP {err.status_code} from {base_url}/chat/completions: {text}{hint}"
+    if isinstance(err, APIConnectionError):
+        return f"cannot reach {base_url} ({err.__cause__ or err})"
+    if isinstance(err, NotACompletion):
+        return f"{base_url}/chat/completions answered with {err}"
+    return f"{type(err).__name__}: {err}"
 
 
 def _json_or_text(arguments: str):
@@ -188,14 +227,36 @@ def show(row: dict) -> str:
     return "\n".join(parts)
 
 
+def probe(client, args, example: dict) -> None:
+    """One short request before the run: a server that refuses the request (a wrong path or key) or answers with
+    something that is not a chat completion ends here in one line with its own error text, not in every rollout."""
+    try:
+        chat(client.with_options(max_retries=0), model=args.model, messages=list(example["prompt"]), max_tokens=1)
+    except APIConnectionError:
+        sys.exit(f"cannot reach {args.base_url}: start a server (e.g. `transformers serve {args.model}` or "
+                 f"`vllm serve {args.model}`) or fix --base_url.")
+    except APIStatusError as err:
+        # A client error ends here. Rate limits wait in the rollouts' retries; a server error may be one response's
+        # (transformers serve answers 500 to a tool call it cannot parse): if every rollout fails, main says so.
+        if 400 <= err.status_code < 500 and err.status_code != 429:
+            sys.exit(api_error(err, args.base_url))
+    except NotACompletion as err:
+        sys.exit(api_error(err, args.base_url))
+
+
 def main(argv=None) -> list[dict]:
     args, rest = parse_args(argv)
+    plumbing.quiet_noise()
+    plumbing.quiet_bars_when_redirected()
     out = Path(args.out)
     if out.is_file() and out.stat().st_size and not args.overwrite_out:  # rollouts that were paid for
         sys.exit(f"--out {out} already holds {len(out.read_text().splitlines())} rollouts: pass another --out (e.g. "
                  f"{out.with_stem(out.stem + '-2')}) to keep both, or --overwrite_out to replace it")
     try:  # before any rollout: an unwritable --out would lose them all at the end
+        existed = out.exists()
         open(out, "a").close()
+        if not existed:
+            out.unlink()
     except OSError as err:
         sys.exit(f"--out {out}: cannot write there ({err.strerror})")
     recipe = harness.load_recipe(args.recipe)
@@ -212,15 +273,23 @@ def main(argv=None) -> list[dict]:
     except APIConnectionError:
         sys.exit(f"cannot reach {args.base_url}: start a server (e.g. `transformers serve {args.model}` or "
                  f"`vllm serve {args.model}`) or fix --base_url.")
+    except (json.JSONDecodeError, APIResponseValidationError):
+        pass  # the chat probe below says what the server answers
     dataset = recipe.build_dataset(args.split, script_args.dataset_path)
     examples = [dataset[i] for i in range(min(args.num_examples, len(dataset)))]
+    if not examples:
+        sys.exit(f"no examples to evaluate: the {args.split} split is empty, or -n is 0")
+    probe(client, args, examples[0])
     max_turns = args.max_turns
     if max_turns is None:  # the recipe's own bound on tool-calling rounds; none without tools
         max_turns = recipe.RECIPE_DEFAULTS.get("max_tool_calling_iterations", 0) if tools else 0
     jobs = [(i, r) for i in range(len(examples)) for r in range(args.rollouts)]
     with ThreadPoolExecutor(args.concurrency) as pool:
         futures = [pool.submit(rollout, client, args, tools, examples[i], max_turns) for i, _ in jobs]
-        rows = [f.result() for f in tqdm(futures, desc=f"{args.recipe} rollouts", unit="rollout")]
+        rows = [f.result() for f in tqdm(futures, desc=f"{args.recipe} rollouts", unit="rollout", disable=None)]
+    failed = [row["error"] for row in rows if row["error"] is not None]
+    if len(failed) == len(rows):  # nothing to score or keep: --out stays as it was
+        sys.exit(f"all {len(rows)} requests failed, none written to --out; the first: {failed[0]}")
     for row, (i, r) in zip(rows, jobs, strict=True):
         row.update(example=i, rollout=r, answer=examples[i].get("answer"))
     score(recipe, rows, [examples[i] for i, _ in jobs])
@@ -230,6 +299,8 @@ def main(argv=None) -> list[dict]:
     with open(args.out, "w") as f:
         f.writelines(json.dumps(row, default=str) + "\n" for row in rows)
     print(f"wrote {len(rows)} rollouts to {args.out}")
+    if failed:
+        print(f"{len(failed)} of {len(rows)} requests failed; the first: {failed[0]}", file=sys.stderr)
     return rows
 
 

@@ -2,6 +2,7 @@
 
     python merge_models.py runs/math runs/tool --output_dir runs/merged                  # linear: the weights' average
     python merge_models.py runs/math runs/tool --method ties --base runs/sft --output_dir runs/merged
+    python merge_models.py runs/lora_run --output_dir runs/lora_run-merged     # one LoRA adapter: the full model it is
     python tool_use_grpo.py --model_name_or_path runs/merged ...   # or evaluate.py, or `transformers serve runs/merged`
 
 RL updates for different skills are nearly orthogonal, so two specialists trained from the same start can often be
@@ -41,7 +42,8 @@ UNRELATED = 1.2  # median relative distance of weight matrices above which two m
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    parser.add_argument("models", nargs="+", help="two or more checkpoint folders: full models or LoRA adapters")
+    parser.add_argument("models", nargs="+", help="two or more checkpoint folders (full models or LoRA adapters), or "
+                        "one LoRA adapter to merge into its base")
     parser.add_argument("--output_dir", required=True, help="the merged model, a --model_name_or_path for any recipe")
     parser.add_argument("--method", choices=METHODS, default="linear")
     parser.add_argument("--weights", type=float, nargs="+", default=None,
@@ -168,8 +170,10 @@ def resolve_base(models: list[dict], base: str | None, method: str) -> str | Non
 
 
 def check_arguments(args) -> list[float]:
-    if len(args.models) < 2:
-        sys.exit(f"merging needs two or more models, got {len(args.models)}")
+    one_adapter = len(args.models) == 1 and (Path(args.models[0]) / "adapter_config.json").is_file()
+    if len(args.models) < 2 and not one_adapter:
+        sys.exit(f"merging needs two or more models, or one LoRA adapter (merged into its base), got "
+                 f"{len(args.models)} model(s)")
     for i, path in enumerate(args.models):
         if any(same_model(path, earlier) for earlier in args.models[:i]):
             sys.exit(f"{path} is given twice: give each model once, and its share with --weights")

@@ -158,6 +158,7 @@ def parse_args(script_arguments, defaults: dict, argv: list[str] | None = None, 
     preflight.check_ranges(model_args)
     given = {a[2:].split("=")[0] for a in argv if a.startswith("--")} | set(config)
     apply_dependent_defaults(training_args, model_args, given)
+    quiet_bars_when_redirected(training_args, given)
     training_args.run_identity = run_identity(recipe, script_args, model_args)
     return script_args, training_args, model_args
 
@@ -363,6 +364,7 @@ def load_split(split: str, dataset_path: str | None, name: str | None = None, co
     for file in files:
         if not file.read_bytes().strip():
             sys.exit(f"{file}: empty; a {split} split needs at least one row")
+    bars = datasets.is_progress_bar_enabled()
     datasets.disable_progress_bars()  # local files load in a blink; their bars are noise
     datasets.logging.set_verbosity(logging.CRITICAL)  # a bad line is reported below, once
     try:
@@ -373,7 +375,8 @@ def load_split(split: str, dataset_path: str | None, name: str | None = None, co
             sys.exit(f"{dataset_path}: cannot read its {split} data ({' '.join(str(err).split())[:300]})")
         sys.exit(bad)
     finally:
-        datasets.enable_progress_bars()
+        if bars:
+            datasets.enable_progress_bars()
         datasets.logging.set_verbosity(logging.WARNING)
 
 
@@ -463,6 +466,27 @@ NOISE = [r"`is_gradient_checkpointing` is deprecated", r"`gradient_checkpointing
 def quiet_noise() -> None:
     for noise in NOISE:
         warnings.filterwarnings("ignore", message=noise)
+    # datasets cannot hash a recipe's lambda for its cache key, and says so at length, every run
+    logging.getLogger("datasets.fingerprint").setLevel(logging.ERROR)
+
+
+def redirected() -> bool:
+    """Whether stderr goes to a file or a pipe, not a terminal nor a notebook: progress bars there are escape codes."""
+    return not sys.stderr.isatty() and "ipykernel" not in sys.modules
+
+
+def quiet_bars_when_redirected(training_args=None, given: set[str] = frozenset()) -> None:
+    """Redirected: no progress bars from datasets, transformers or the Hub, and the trainer prints one compact line
+    per logging step instead of its bar (unless --disable_tqdm was given)."""
+    if not redirected():
+        return
+    import transformers
+
+    datasets.disable_progress_bars()
+    transformers.utils.logging.disable_progress_bar()
+    huggingface_hub.utils.disable_progress_bars()
+    if training_args is not None and "disable_tqdm" not in given:
+        training_args.disable_tqdm = True
 
 
 def prepare(training_args: GRPOConfig, model_args: ModelConfig, reward_funcs: list, tools: list | None = None):

@@ -161,6 +161,9 @@ def check_model_options(training_args: GRPOConfig, model_args: ModelConfig, rewa
         sys.exit(f"--reward_weights has {len(training_args.reward_weights)} values for {len(reward_funcs)} reward "
                  f"functions ({', '.join(rewards.reward_name(f) for f in reward_funcs)}).")
     quantized = model_args.load_in_4bit or model_args.load_in_8bit
+    if quantized and (training_args.use_cpu or not torch.cuda.is_available()):
+        sys.exit("--load_in_4bit/--load_in_8bit quantize with bitsandbytes, which needs a CUDA GPU: drop it to train "
+                 "on this machine, or run on a GPU")
     if quantized and not model_args.use_peft:
         sys.exit("--load_in_4bit/--load_in_8bit freeze the quantized model: add --use_peft to train LoRA adapters.")
     if quantized and importlib.util.find_spec("bitsandbytes") is None:
@@ -513,10 +516,45 @@ def hub_reachable() -> bool:
 OFFLINE_HINT = "run offline with HF_HUB_OFFLINE=1 and a cached or local model (`python offline.py` builds a CPU kit)"
 
 
+WEIGHT_PATTERNS = ("*.safetensors", "*.safetensors.index.json", "pytorch_model*.bin", "*.gguf")
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
+
+
+def check_model_folder(folder: Path, name: str) -> None:
+    """A local --model_name_or_path must be a full model (config.json and weights): an empty folder, a file, a
+    tokenizer alone, a config without weights, and a LoRA adapter (what --use_peft saves) are each named in one line,
+    the adapter with the command that merges it into the full model it stands for."""
+    if not folder.is_dir():
+        sys.exit(f"--model_name_or_path {name} is a file: pass the folder that holds config.json and the weights")
+    inside = sorted(p.name for p in folder.iterdir())
+    if not inside:
+        sys.exit(f"--model_name_or_path {name} is an empty folder: pass a model folder (config.json and weights)")
+    if (folder / "adapter_config.json").is_file():
+        try:
+            base = json.loads((folder / "adapter_config.json").read_text()).get("base_model_name_or_path")
+        except ValueError:
+            base = None
+        sys.exit(f"--model_name_or_path {name} is a LoRA adapter (on {base or 'an unnamed base'}), not a model: merge "
+                 f"it into one with `python merge_models.py {name} --output_dir {name.rstrip('/')}-merged` and pass "
+                 "that, or train a new adapter on the base: --model_name_or_path "
+                 f"{base or '<its base>'} --use_peft")
+    weights = any(any(folder.glob(pattern)) for pattern in WEIGHT_PATTERNS)
+    if not (folder / "config.json").is_file():
+        what = "a tokenizer but no model" if any(n in inside for n in TOKENIZER_FILES) else \
+            f"no model ({', '.join(inside[:5])}{', …' if len(inside) > 5 else ''})"
+        hint = "; the checkpoints of a run are in its checkpoint-* folders" if any(
+            n.startswith("checkpoint-") for n in inside) else ""
+        sys.exit(f"--model_name_or_path {name} holds {what}: no config.json{hint}")
+    if not weights:
+        sys.exit(f"--model_name_or_path {name} has a config.json but no weights (*.safetensors): the save did not "
+                 "finish, or the weights are elsewhere")
+
+
 def check_model_source(name: str) -> None:
     """A local folder that does not exist, or a Hub model that cannot be fetched, is one line, not a minute of retries.
     """
     if Path(name).expanduser().exists():
+        check_model_folder(Path(name).expanduser(), name)
         return
     first = name.split("/")[0]
     if name.startswith(("/", ".", "~")) or name.endswith("/") or name.count("/") > 1 or (

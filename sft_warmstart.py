@@ -106,6 +106,9 @@ def gold_conversations(recipe, split: str, dataset_path: str | None) -> list[dic
     return conversations
 
 
+ROLLOUT_KEYS = ("prompt", "completion", "total")  # what every evaluate.py --out row holds
+
+
 def rollout_conversations(path: str, min_reward: float, best_of: int) -> list[dict]:
     """Rejection sampling: per prompt, the best `best_of` distinct rollouts whose total reaches min_reward."""
     if not Path(path).is_file():
@@ -113,8 +116,13 @@ def rollout_conversations(path: str, min_reward: float, best_of: int) -> list[di
     if bad := plumbing.first_bad_json_line(path):
         sys.exit(bad)
     by_prompt = {}
-    for line in Path(path).read_text().splitlines():
+    for number, line in enumerate(Path(path).read_text().splitlines(), start=1):
+        if not line.strip():
+            continue
         row = json.loads(line)
+        if missing := [key for key in ROLLOUT_KEYS if key not in row]:
+            sys.exit(f"{path} line {number}: not an evaluate.py rollout (no {', '.join(missing)}); --rollouts takes "
+                     "the file `python evaluate.py <recipe> ... --out rollouts.jsonl` writes")
         if row.get("error") is None and row["total"] >= min_reward and row["total"] > 0:
             by_prompt.setdefault(json.dumps(row["prompt"]), []).append(row)
     conversations = []

@@ -17,16 +17,16 @@ def run(args, tmp_path, capsys):
     return rows, [json.loads(line) for line in out.read_text().splitlines()], capsys.readouterr().out
 
 
-def test_a_single_turn_recipe_is_scored_with_its_own_rubric(server, kit, tmp_path, capsys):
-    base_url, model = server
+def test_a_single_turn_recipe_is_scored_with_its_own_rubric(reader_server, kit, tmp_path, capsys):
+    base_url, model = reader_server  # answers in text (the tool model's calls make transformers serve answer 500)
     rows, saved, printed = run(["gsm8k_grpo", "--base_url", base_url, "--model", model, "-n", "3", "-r", "2",
                                 "--dataset_path", str(kit / "gsm8k_toy"), "--max_tokens", "24", "--concurrency", "2"],
                                tmp_path, capsys)
     assert len(saved) == 6 and [(r["example"], r["rollout"]) for r in saved] == [(i, j) for i in range(3) for j in range(2)]
     assert set(saved[0]["scores"]) == {"correctness_reward", "integer_answer_reward", "strict_format_reward",
                                        "soft_format_reward", "xml_tag_count_reward"}
-    assert all(r["completion"][0]["role"] == "assistant" and r["usage"]["completion_tokens"] > 0 for r in saved
-               if r["error"] is None)
+    assert all(r["error"] is None for r in saved), saved[0]["error"]
+    assert all(r["completion"][0]["role"] == "assistant" and r["usage"]["completion_tokens"] > 0 for r in saved)
     for line in ("strict accuracy", "lenient accuracy", "pass@1", "pass@2", "correctness_reward", "weighted total"):
         assert line in printed
 
@@ -114,3 +114,96 @@ def test_an_earlier_out_is_never_replaced_without_asking(tmp_path):
                                                      "to replace it")
     assert out.read_text() == '{"paid": "for"}\n{"paid": "too"}\n'
 
+
+
+BAD_ANSWERS = {  # what a broken server answers every chat request: (status, content type, body)
+    "HTTP 500 with an error": (500, "application/json", b'{"error": {"message": "worker died: out of memory"}}'),
+    "HTTP 500 as HTML": (500, "text/html", b"<html>Internal Server Error</html>"),
+    "a cut-off JSON body": (200, "application/json", b'{"id": "x", "choices": ['),
+    "a body that is not a completion": (200, "text/plain", b"hello"),
+    "a base URL without /v1": (404, "application/json", b'{"detail": "Not Found"}'),
+    "a wrong key": (401, "application/json", b'{"error": {"message": "Incorrect API key provided"}}'),
+}
+ALL_FAILED = "all 2 requests failed, none written to --out; the first: "
+SAID = {"HTTP 500 with an error": ALL_FAILED + "HTTP 500 from {url}/chat/completions: worker died: out of memory",
+        "HTTP 500 as HTML": ALL_FAILED + "HTTP 500 from {url}/chat/completions: <html>Internal Server Error</html>",
+        "a cut-off JSON body": "{url}/chat/completions answered with a body that is not JSON",
+        "a body that is not a completion": "{url}/chat/completions answered with a body that is not a chat completion",
+        "a base URL without /v1": "HTTP 404 from {url}/chat/completions: Not Found; does --base_url end in /v1",
+        "a wrong key": "HTTP 401 from {url}/chat/completions: Incorrect API key provided; check --api_key"}
+
+
+@pytest.fixture
+def broken_server(request):
+    """A stdlib HTTP server that answers every POST with BAD_ANSWERS[request.param]."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    status, content_type, body = BAD_ANSWERS[request.param]
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def do_POST(self):
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            self.send_response(status)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_port}/v1", request.param
+    server.shutdown()
+
+
+@pytest.mark.parametrize("broken_server", list(BAD_ANSWERS), indirect=True)
+def test_a_broken_server_is_one_line_with_its_own_error_and_no_out(broken_server, kit, tmp_path):
+    url, case = broken_server
+    out = tmp_path / "rollouts.jsonl"
+    proc = subprocess.run([sys.executable, str(ROOT / "evaluate.py"), "gsm8k_grpo", "--base_url", url, "--model", "m",
+                           "--dataset_path", str(kit / "gsm8k_toy"), "-n", "2", "--out", str(out)],
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path, check=False)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr and len(lines) == 1, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stdout
+    assert lines[0].startswith(SAID[case].format(url=url)), lines[0]
+    assert not out.exists()
+
+
+def test_every_request_failing_exits_non_zero_and_writes_nothing(kit, tmp_path):
+    """The probe passes (a 1-token request), then every rollout fails: nothing is scored or written."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def do_POST(self):
+            request = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+            probe = request.get("max_tokens") == 1
+            body = json.dumps({"id": "p", "object": "chat.completion", "created": 0, "model": "m", "choices": [{
+                "index": 0, "finish_reason": "length", "message": {"role": "assistant", "content": "x"}}]} if probe
+                else {"error": {"message": "cannot parse the tool call"}}).encode()
+            self.send_response(200 if probe else 500)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url, out = f"http://127.0.0.1:{server.server_port}/v1", tmp_path / "rollouts.jsonl"
+    try:
+        proc = subprocess.run([sys.executable, str(ROOT / "evaluate.py"), "gsm8k_grpo", "--base_url", url, "--model",
+                               "m", "--dataset_path", str(kit / "gsm8k_toy"), "-n", "2", "--out", str(out)],
+                              capture_output=True, text=True, timeout=120, cwd=tmp_path, check=False)
+    finally:
+        server.shutdown()
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert proc.stderr.strip().splitlines()[-1] == (f"all 2 requests failed, none written to --out; the first: HTTP 500 "
+                                                    f"from {url}/chat/completions: cannot parse the tool call")
+    assert not out.exists()

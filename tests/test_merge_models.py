@@ -135,6 +135,13 @@ def test_lora_adapter_and_full_model_merge_to_the_hand_computed_average(base, sp
     assert_weights(out, {name: 0.5 * L[name] + 0.5 * A[name] for name in A})
 
 
+def test_one_lora_adapter_merges_into_the_full_model_it_stands_for(base, adapter, tmp_path):
+    import merge_models
+
+    out = merge_models.merge([str(adapter)], str(tmp_path / "alone"))
+    assert_weights(out, lora_merged_by_hand(base, adapter))
+
+
 def test_two_lora_adapters_merge_on_their_own_base(base, adapter, tmp_path):
     """Adapters name their base, so task arithmetic on two adapters needs no --base."""
     import merge_models
@@ -178,7 +185,7 @@ def strangers(base, tmp_path_factory) -> dict:
 
 
 @pytest.mark.parametrize("case, expected", [
-    ("one model", "merging needs two or more models, got 1"),
+    ("one model", "merging needs two or more models, or one LoRA adapter (merged into its base), got 1"),
     ("twice", "is given twice"),
     ("missing", "no such folder"),
     ("not a model", "neither a model"),

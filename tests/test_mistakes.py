@@ -44,9 +44,48 @@ def malformed_data(folder: Path) -> Path:
     return data
 
 
+def run_folder(kit: Path, folder: Path, name: str, recorded: dict | None, checkpoint: bool = True,
+               final: bool = False) -> Path:
+    """An earlier run's folder: checkpoint-2 (complete) and/or a final model, and what that run trained."""
+    run = folder / name
+    if checkpoint:
+        shutil.copytree(kit / "tiny-qwen2", run / "checkpoint-2")
+        (run / "checkpoint-2" / "trainer_state.json").write_text("{}")
+    if final:
+        shutil.copytree(kit / "tiny-qwen2", run, dirs_exist_ok=True)
+    if recorded:
+        (run / "recipe_run.json").write_text(json.dumps(recorded))
+    return run
+
+
+def odd_models(kit: Path, folder: Path) -> dict[str, Path]:
+    """Folders that are not a model: empty, a tokenizer alone, a LoRA adapter."""
+    empty, tokenizer, adapter = folder / "empty_model", folder / "tokenizer_only", folder / "lora_adapter"
+    empty.mkdir()
+    tokenizer.mkdir()
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(kit / "tiny-qwen2" / name, tokenizer / name)
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": "Qwen/Qwen2.5-0.5B-Instruct",
+                                                             "peft_type": "LORA"}))
+    (adapter / "adapter_model.safetensors").write_bytes(b"")
+    return {"empty": empty, "tokenizer": tokenizer, "adapter": adapter}
+
+
 def cases(kit: Path, folder: Path) -> dict:
     """name -> (script, argv, environment changes, words the message must hold)."""
     (folder / "typo.yaml").write_text("learning_rat: 1.0e-5\n")
+    (folder / "list.yaml").write_text("- learning_rate: 1.0e-5\n- max_steps: 3\n")
+    (folder / "section.yaml").write_text("training:\n  learning_rate: 1.0e-5\n")
+    (folder / "no_answers").mkdir()
+    (folder / "no_answers" / "train.jsonl").write_text(json.dumps({"question": "1 + 1?", "answer": "2"}) + "\n")
+    (folder / "empty_data").mkdir()
+    (folder / "empty_data" / "train.jsonl").write_text("")
+    (folder / "data.txt").write_text("1 + 1 = 2\n")
+    (folder / "not_rollouts.jsonl").write_text(json.dumps({"question": "1 + 1?", "answer": "#### 2"}) + "\n")
+    odd = odd_models(kit, folder)
+    model = str(kit / "tiny-qwen2")
+    this_run = {"recipe": "gsm8k_grpo", "model": model, "data": str(kit / "gsm8k_toy"), "use_peft": False}
     (folder / "bad_value.yaml").write_text("learning_rate: fast\n")
     (folder / "broken.yaml").write_text("learning_rate: [1\n")
     config = str(kit / "gsm8k_grpo.yaml")
@@ -92,6 +131,67 @@ def cases(kit: Path, folder: Path) -> dict:
         "missing rollouts file": ("sft_warmstart.py", ["--config", str(kit / "sft_warmstart.yaml"), "--source",
                                   "rollouts", "--rollouts", "gone.jsonl", "--output_dir", str(folder / "j")], {},
                                   ["gone.jsonl", "no such file"]),
+        "num_generations 0": ("gsm8k_grpo.py", ["--config", config, "--num_generations", "0"], {},
+                              ["--num_generations 0", "at least 2"]),
+        "batch size 0": ("gsm8k_grpo.py", ["--config", config, "--per_device_train_batch_size", "0"], {},
+                         ["--per_device_train_batch_size 0", "positive"]),
+        "negative learning rate": ("gsm8k_grpo.py", ["--config", config, "--learning_rate", "-1"], {},
+                                   ["--learning_rate -1", "positive"]),
+        "max_steps 0": ("gsm8k_grpo.py", ["--config", config, "--max_steps", "0"], {}, ["--max_steps 0", "-1"]),
+        "negative recipe option": ("tool_use_grpo.py", ["--config", str(kit / "tool_use_grpo.yaml"), "--tool_timeout",
+                                   "-2"], {}, ["--tool_timeout -2", "positive"]),
+        "YAML list": ("gsm8k_grpo.py", ["--config", str(folder / "list.yaml")], {}, ["list.yaml", "mapping", "list"]),
+        "config is a folder": ("gsm8k_grpo.py", ["--config", str(folder)], {}, ["is a folder", "list.yaml"]),
+        "YAML section": ("gsm8k_grpo.py", ["--config", str(folder / "section.yaml")], {},
+                         ["training", "top level"]),
+        "kit config before the kit": ("gsm8k_grpo.py", ["--config", "offline/code_grpo.yaml"], {},
+                                      ["no such file", "python offline.py --code"]),
+        "another recipe's flag": ("gsm8k_grpo.py", ["--config", config, "--tool_timeout", "3"], {},
+                                  ["--tool_timeout", "an option of tool_use_grpo.py, not of gsm8k_grpo.py"]),
+        "a flag of code_grpo.py": ("gsm8k_grpo.py", ["--config", config, "--seconds_per_test", "3"], {},
+                                      ["an option of code_grpo.py"]),
+        "empty dataset": ("gsm8k_grpo.py", ["--config", config, "--dataset_path", str(folder / "empty_data"),
+                          "--eval_strategy", "no", "--output_dir", str(folder / "l")], {}, ["train.jsonl", "empty"]),
+        "unknown data file type": ("gsm8k_grpo.py", ["--config", config, "--dataset_path", str(folder / "data.txt"),
+                                   "--eval_strategy", "no", "--output_dir", str(folder / "m")], {},
+                                   ["data.txt", ".jsonl", ".csv"]),
+        "no readable gold answers": ("gsm8k_grpo.py", ["--config", config, "--dataset_path",
+                                     str(folder / "no_answers"), "--eval_strategy", "no", "--output_dir",
+                                     str(folder / "n")], {}, ["none of the 1 train rows", "#### <number>"]),
+        "empty model folder": ("gsm8k_grpo.py", ["--config", config, "--model_name_or_path", str(odd["empty"]),
+                               "--output_dir", str(folder / "o")], {}, ["empty folder"]),
+        "tokenizer-only folder": ("gsm8k_grpo.py", ["--config", config, "--model_name_or_path",
+                                  str(odd["tokenizer"]), "--output_dir", str(folder / "p")], {},
+                                  ["a tokenizer but no model"]),
+        "LoRA adapter folder": ("gsm8k_grpo.py", ["--config", config, "--model_name_or_path", str(odd["adapter"]),
+                                "--output_dir", str(folder / "q")], {},
+                                ["is a LoRA adapter (on Qwen/Qwen2.5-0.5B-Instruct)", "merge_models.py", "--use_peft"]),
+        "4-bit on a CPU": ("gsm8k_grpo.py", ["--config", config, "--use_peft", "--load_in_4bit", "--output_dir",
+                           str(folder / "r")], {}, ["--load_in_4bit", "needs a CUDA GPU"]),
+        "rollouts not from evaluate.py": ("sft_warmstart.py", ["--config", str(kit / "sft_warmstart.yaml"), "--source",
+                                          "rollouts", "--rollouts", str(folder / "not_rollouts.jsonl"),
+                                          "--output_dir", str(folder / "s")], {},
+                                          ["line 1: not an evaluate.py rollout", "evaluate.py"]),
+        "rerun onto a finished model": ("gsm8k_grpo.py", ["--config", config, "--output_dir", str(run_folder(
+                                        kit, folder, "finished", this_run, checkpoint=False, final=True))], {},
+                                        ["already holds a trained model", "--overwrite_output_dir"]),
+        "SFT twice into one folder": ("sft_warmstart.py", ["--config", str(kit / "sft_warmstart.yaml"),
+                                      "--output_dir", str(run_folder(kit, folder, "sft_done", None, checkpoint=False,
+                                                                     final=True))], {},
+                                      ["already holds a trained model"]),
+        "resume with another model": ("gsm8k_grpo.py", ["--config", config, "--model_name_or_path",
+                                      str(kit / "tiny-qwen2-tools"), "--output_dir",
+                                      str(run_folder(kit, folder, "other_model", this_run)),
+                                      "--resume_from_checkpoint", "last"], {},
+                                      ["continues a run of model", "tiny-qwen2, not", "without --resume_from_checkpoint"]),
+        "resume another recipe's checkpoint": ("gsm8k_grpo.py", ["--config", config, "--output_dir", str(folder / "t"),
+                                               "--resume_from_checkpoint", str(run_folder(kit, folder, "sft_run", {
+                                                   **this_run, "recipe": "sft_warmstart"}) / "checkpoint-2")], {},
+                                               ["recipe sft_warmstart.py, not gsm8k_grpo.py"]),
+        "new model into another run's checkpoints": ("gsm8k_grpo.py", ["--config", config, "--model_name_or_path",
+                                                     str(kit / "tiny-qwen2-tools"), "--output_dir",
+                                                     str(run_folder(kit, folder, "their_run", this_run))], {},
+                                                     ["of another run", "another --output_dir"]),
         "missing search corpus": ("search_agent_grpo.py", ["--config", str(kit / "search_agent_grpo.yaml"),
                                   "--corpus_path", "corpus_typo.jsonl", "--output_dir", str(folder / "k")], {},
                                   ["corpus_typo.jsonl", "no such file"]),
@@ -147,7 +247,14 @@ CASES = ["rerun into checkpoints", "unwritable output dir", "no network", "no ne
          "offline and not cached", "mistyped local model path", "malformed data line", "missing data path",
          "misspelled flag", "flag prefix", "missing config", "mistyped YAML key", "bad YAML value", "broken YAML",
          "missing checkpoint", "resume with nothing to resume", "unknown recipe (evaluate.py)",
-         "unknown recipe (sft_warmstart.py)", "missing rollouts file", "missing search corpus"]
+         "unknown recipe (sft_warmstart.py)", "missing rollouts file", "missing search corpus", "num_generations 0",
+         "batch size 0", "negative learning rate", "max_steps 0", "negative recipe option", "YAML list",
+         "config is a folder", "YAML section", "kit config before the kit", "another recipe's flag",
+         "a flag of code_grpo.py", "empty dataset", "unknown data file type", "no readable gold answers",
+         "empty model folder", "tokenizer-only folder", "LoRA adapter folder", "4-bit on a CPU",
+         "rollouts not from evaluate.py", "rerun onto a finished model", "SFT twice into one folder",
+         "resume with another model", "resume another recipe's checkpoint",
+         "new model into another run's checkpoints"]
 
 
 @pytest.mark.parametrize("name", CASES)
@@ -214,3 +321,71 @@ def test_resume_last_skips_a_checkpoint_the_run_stopped_saving(tmp_path, caplog)
     args.resume_from_checkpoint = "last"
     with pytest.raises(SystemExit, match="holds no complete checkpoint .checkpoint-3, checkpoint-6."):
         preflight.check_output_dir(args)
+
+
+def test_a_second_run_into_a_folder_a_run_is_writing_is_refused(kit, tmp_path):
+    import fcntl
+
+    out = tmp_path / "busy"
+    out.mkdir()
+    holder = os.open(out, os.O_RDONLY)  # as a running recipe holds it (preflight.lock_output_dir)
+    fcntl.flock(holder, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    try:
+        proc = run("gsm8k_grpo.py", ["--config", str(kit / "gsm8k_grpo.yaml"), "--output_dir", str(out)], {}, kit)
+    finally:
+        os.close(holder)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert f"another run is writing there (pid {os.getpid()}" in proc.stderr.strip().splitlines()[-1]
+    assert list(out.iterdir()) == []
+
+
+def test_a_full_disk_while_saving_is_one_line_and_resume_takes_the_last_whole_checkpoint(kit, tmp_path):
+    """A 3.5 MB tmpfs (a user namespace's own mount): checkpoint-2 (2.2 MB) fits, checkpoint-4 does not."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    if subprocess.run(["unshare", "-rm", "true"], capture_output=True).returncode:
+        pytest.skip("no user namespaces here to mount a small tmpfs in")
+    command = shlex.join([sys.executable, str(ROOT / "gsm8k_grpo.py"), "--config", str(kit / "gsm8k_grpo.yaml"),
+                          "--output_dir", str(disk / "run"), "--max_steps", "6", "--save_steps", "2",
+                          "--eval_strategy", "no"])
+    proc = subprocess.run(["unshare", "-rm", "sh", "-c", f"mount -t tmpfs -o size=3500k tmpfs {disk} && {command}; "
+                           f"code=$?; ls {disk}/run; exit $code"], capture_output=True, text=True, timeout=300,
+                          cwd=kit)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert lines[-1].startswith(f"no space left on the device of {disk / 'run'} at step 4"), lines[-1]
+    assert "the newest complete checkpoint is checkpoint-2" in lines[-1] and "--resume_from_checkpoint last" in lines[-1]
+
+
+def test_a_kit_config_runs_from_any_directory(kit, tmp_path):
+    """Its paths are relative to the file: from elsewhere it trains the same model on the same data."""
+    proc = run("gsm8k_grpo.py", ["--config", str(kit / "gsm8k_grpo.yaml"), "--max_steps", "1", "--eval_strategy",
+                                 "no", "--output_dir", str(tmp_path / "run")], {}, tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert f"model {kit / 'tiny-qwen2'} |" in proc.stderr
+    assert json.loads((tmp_path / "run" / "recipe_run.json").read_text())["data"] == str(kit / "gsm8k_toy")
+
+
+def test_offline_keeps_a_config_the_user_edited(tmp_path):
+    import offline
+
+    config = tmp_path / "gsm8k_grpo.yaml"
+    first = offline.write_config(config, {"model_name_or_path": str(tmp_path / "tiny-qwen2"), "max_steps": 4})
+    assert first == config and "model_name_or_path: tiny-qwen2\n" in config.read_text()
+    assert offline.write_config(config, {"model_name_or_path": str(tmp_path / "tiny-qwen2"), "max_steps": 5}) == config
+    config.write_text(config.read_text().replace("max_steps: 5", "max_steps: 300"))  # the user's edit
+    beside = offline.write_config(config, {"model_name_or_path": str(tmp_path / "tiny-qwen2"), "max_steps": 5})
+    assert beside == tmp_path / "gsm8k_grpo.new.yaml" and "max_steps: 300" in config.read_text()
+    assert "max_steps: 5" in beside.read_text()
+
+
+def test_help_shows_the_recipes_own_options_first_and_briefly():
+    proc = subprocess.run([sys.executable, str(ROOT / "tool_use_grpo.py"), "--help"], capture_output=True, text=True,
+                          timeout=120)
+    lines = proc.stdout.splitlines()
+    assert proc.returncode == 0 and len(lines) < 80, len(lines)
+    assert lines[2] == "tool_use_grpo.py's own options (default shown):" and lines[3].startswith("  --dataset_name")
+    assert "--help_all lists all" in lines[-1]
+    full = subprocess.run([sys.executable, str(ROOT / "tool_use_grpo.py"), "--help_all"], capture_output=True,
+                          text=True, timeout=120)
+    assert full.returncode == 0 and len(full.stdout.splitlines()) > 500
