@@ -161,11 +161,11 @@ def check_model_options(training_args: GRPOConfig, model_args: ModelConfig, rewa
         sys.exit(f"--reward_weights has {len(training_args.reward_weights)} values for {len(reward_funcs)} reward "
                  f"functions ({', '.join(rewards.reward_name(f) for f in reward_funcs)}).")
     quantized = model_args.load_in_4bit or model_args.load_in_8bit
+    if quantized and not model_args.use_peft:
+        sys.exit("--load_in_4bit/--load_in_8bit freeze the quantized model: add --use_peft to train LoRA adapters.")
     if quantized and (training_args.use_cpu or not torch.cuda.is_available()):
         sys.exit("--load_in_4bit/--load_in_8bit quantize with bitsandbytes, which needs a CUDA GPU: drop it to train "
                  "on this machine, or run on a GPU")
-    if quantized and not model_args.use_peft:
-        sys.exit("--load_in_4bit/--load_in_8bit freeze the quantized model: add --use_peft to train LoRA adapters.")
     if quantized and importlib.util.find_spec("bitsandbytes") is None:
         sys.exit("--load_in_4bit/--load_in_8bit need bitsandbytes: `pip install bitsandbytes`.")
     if model_args.load_in_4bit and model_args.dtype == "float32":  # QLoRA computes in half precision, not fp32

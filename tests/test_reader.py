@@ -76,7 +76,7 @@ def test_a_reader_that_hangs_or_is_gone_gives_the_passage_within_its_timeout(ind
 @pytest.mark.parametrize("flags, message", [
     (["--reader_base_url", "http://127.0.0.1:1/v1"], "--reader_base_url needs --reader_model"),
     (["--reader_base_url", "http://127.0.0.1:1/v1", "--reader_model", "m", "--reader_timeout", "0"],
-     "--reader_timeout must be > 0"),
+     "--reader_timeout 0: must be positive"),
     (["--reader_base_url", "http://127.0.0.1:1/v1", "--reader_model", "m", "--reader_timeout", "2"],
      "no OpenAI-compatible server answers .*transformers serve m"),
 ])
