@@ -285,12 +285,13 @@ def short_help(parser, script_arguments, defaults: dict, recipe: str) -> str:
 
 def run_identity(recipe: str, script_args, model_args) -> dict:
     """What a checkpoint of this run must match to be resumed (preflight.check_resume): the recipe, the model, the
-    data (a local path, resolved; None: the recipe's Hub dataset), and LoRA or a full fine-tune."""
+    data (a local path, resolved; else a recipe's --dataset_name, or None: its Hub dataset), and LoRA or a full
+    fine-tune."""
     model = model_args.model_name_or_path
-    data = getattr(script_args, "dataset_path", None)
+    path, name = getattr(script_args, "dataset_path", None), getattr(script_args, "dataset_name", None)
     return {"recipe": recipe,
             "model": str(Path(model).expanduser().resolve()) if Path(model).expanduser().exists() else model,
-            "data": str(Path(data).resolve()) if data else None,
+            "data": str(Path(path).resolve()) if path else name,
             "use_peft": bool(model_args.use_peft)}
 
 
@@ -618,20 +619,24 @@ def run(trainer: GRPOTrainer) -> GRPOTrainer:
     logger.info(f"rubric (rewards.py documents each):\n{rubric}")
     run_training(trainer)
     output_dir = trainer.args.output_dir
-    save_atomically(output_dir, trainer.save_model, trainer.args.should_save)
+    save_atomically(output_dir, trainer.save_model, trainer.args.should_save, trainer.accelerator.wait_for_everyone)
     if trainer.is_world_process_zero():
         plot_training(trainer.state.log_history, Path(output_dir) / PLOT_FILE)
     logger.info(f"saved the trained model and {PLOT_FILE} to {output_dir}")
     return trainer
 
 
-def save_atomically(output_dir: str | Path, save, moves: bool = True) -> None:
+def save_atomically(output_dir: str | Path, save, moves: bool = True, wait=lambda: None) -> None:
     """save(folder) into a staging folder inside output_dir, then each file renamed into output_dir: a full disk or a
     kill while writing leaves the model that was there before whole. Every process calls save (it may gather a
-    sharded model); the ones that write (`moves`) rename."""
+    sharded model) and then `wait` (the trainer's barrier, so that every shard is written); the processes that write
+    (`moves`) rename. Ends the run's hold on the folder (preflight.release_output_dir)."""
     output, staging = Path(output_dir), Path(output_dir) / ".saving"
     try:
+        if moves:
+            shutil.rmtree(staging, ignore_errors=True)  # an earlier save cut short: none of its files are kept
         save(str(staging))
+        wait()
         if moves:
             for path in staging.iterdir():
                 if path.is_dir() and (output / path.name).is_dir():
@@ -644,6 +649,7 @@ def save_atomically(output_dir: str | Path, save, moves: bool = True) -> None:
         shutil.rmtree(staging, ignore_errors=True)
         sys.exit(f"no space left on the device of {output} while saving the final model: what was "
                  f"there is unchanged{checkpoint_note(output)}; free some space and run again")
+    preflight.release_output_dir(output)
 
 
 def disk_full(err: Exception, output: Path) -> bool:

@@ -369,7 +369,7 @@ def check_thinking_template(tokenizer, model_name: str, thinking: bool | None,
 
 RUN_FILE = "recipe_run.json"  # what the run in a folder trains: check_resume compares a resume with it
 MODEL_FILES = ("model.safetensors", "model.safetensors.index.json", "adapter_model.safetensors", "pytorch_model.bin")
-_LOCKS: dict[str, int] = {}  # output folder -> the descriptor whose lock this process holds (until exit)
+_LOCKS: dict[str, int] = {}  # output folder -> the descriptor whose lock this process holds
 
 
 def checkpoints_in(output: Path) -> list[Path]:
@@ -438,8 +438,9 @@ def check_output_dir(training_args) -> None:
 
 
 def lock_output_dir(output: Path) -> None:
-    """Hold a lock on the output folder itself for as long as this process runs: a second run into the same folder,
-    started at the same time, would write the same checkpoint-N and final model files. Leaves no file behind."""
+    """Hold a lock on the output folder itself until the run has saved (release_output_dir) or its process ends: a
+    second run into the same folder, started at the same time, would write the same checkpoint-N and final model
+    files. Leaves no file behind."""
     import fcntl
 
     key = str(output.resolve())
@@ -453,6 +454,13 @@ def lock_output_dir(output: Path) -> None:
         sys.exit(f"--output_dir {output}: another run is writing there ({lock_holder(output)}); wait for it to end, or "
                  "pass another --output_dir")
     _LOCKS[key] = descriptor
+
+
+def release_output_dir(output: Path) -> None:
+    """Let another process use output once this run has saved (a notebook's kernel lives on after its run)."""
+    descriptor = _LOCKS.pop(str(Path(output).resolve()), None)
+    if descriptor is not None:
+        os.close(descriptor)  # closing the descriptor drops its flock
 
 
 def lock_holder(folder: Path) -> str:

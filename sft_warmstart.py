@@ -175,11 +175,15 @@ def main(argv: list[str] | None = None) -> Path:
                          peft_config=get_peft_config(model_args))
     plumbing.run_training(trainer, training_args)
     output = Path(training_args.output_dir)
-    if model_args.use_peft and script_args.merge_lora:
-        trainer.model.merge_and_unload().save_pretrained(output)
-    else:
-        trainer.save_model(str(output))
-    tokenizer.save_pretrained(output)  # with its chat template: the directory is a --model_name_or_path
+
+    def save(folder: str) -> None:
+        if model_args.use_peft and script_args.merge_lora:
+            trainer.model.merge_and_unload().save_pretrained(folder)
+        else:
+            trainer.save_model(folder)
+        tokenizer.save_pretrained(folder)  # with its chat template: the directory is a --model_name_or_path
+
+    plumbing.save_atomically(output, save, trainer.args.should_save, trainer.accelerator.wait_for_everyone)
     plumbing.plot_training(trainer.state.log_history, output / plumbing.PLOT_FILE)
     logger.info(f"saved the warm-started model to {output}")
     return output

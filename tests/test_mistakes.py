@@ -389,3 +389,20 @@ def test_help_shows_the_recipes_own_options_first_and_briefly():
     full = subprocess.run([sys.executable, str(ROOT / "tool_use_grpo.py"), "--help_all"], capture_output=True,
                           text=True, timeout=120)
     assert full.returncode == 0 and len(full.stdout.splitlines()) > 500
+
+
+def test_a_finished_run_lets_go_of_its_folder(kit, tmp_path):
+    """In a notebook the kernel outlives the run: once saved, another process may use the folder."""
+    import fcntl
+
+    import gsm8k_grpo
+
+    out = tmp_path / "done"
+    gsm8k_grpo.main(["--config", str(kit / "gsm8k_grpo.yaml"), "--max_steps", "1", "--eval_strategy", "no",
+                     "--output_dir", str(out)])
+    other = os.open(out, os.O_RDONLY)  # another open file description: conflicts with a held lock, even here
+    try:
+        fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    finally:
+        os.close(other)
+    assert (out / "model.safetensors").is_file() and not (out / ".saving").exists()
