@@ -83,7 +83,8 @@ def run(recipe: str, model: Path, kit: Path, variant: str, checkpointing: bool, 
             "--max_steps", str(args.steps), "--eval_strategy", "no", "--save_strategy", "no", "--report_to", "none",
             "--num_generations", "8", "--per_device_train_batch_size", "8", "--gradient_accumulation_steps", "1",
             "--max_completion_length", str(args.max_completion_length), "--logging_steps", "1",
-            "--gradient_checkpointing", str(checkpointing).lower(), *VARIANTS[variant]]
+            "--gradient_checkpointing", str(checkpointing).lower(), *VARIANTS[variant],
+            "--overwrite_output_dir"]  # one scratch folder: each cell replaces the last cell's model
     if args.cpu:
         argv += ["--use_cpu", "true"]
     else:  # a clean slate: the previous cell's model can survive in a reference cycle until a collection
