@@ -55,7 +55,8 @@ RECIPE_DEFAULTS = dict(
     gradient_accumulation_steps=1 if ON_COLAB else 4,  # 32 completions (4 problems × 8) per optimizer step
     max_completion_length=384 if ON_COLAB else 512,
     max_steps=100 if ON_COLAB else -1, num_train_epochs=2,  # -1: two passes over MBPP's 374 problems, 187 steps
-    logging_steps=1, save_steps=50, save_total_limit=3,
+    logging_steps=1, num_completions_to_print=2,  # --log_completions: 2 printed per logged step
+    save_steps=50, save_total_limit=3,
     eval_strategy="steps", eval_steps=50, num_generations_eval=4,
     per_device_eval_batch_size=16 if ON_COLAB else 64,  # 164 problems × 4 generations: 11 generation calls
     vllm_gpu_memory_utilization=0.3,

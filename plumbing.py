@@ -40,7 +40,8 @@ import torch
 import yaml
 from datasets import Dataset, load_dataset
 from datasets.data_files import EmptyDatasetError, get_data_patterns, resolve_pattern
-from transformers import AutoTokenizer, PrinterCallback, ProgressCallback
+from tqdm.auto import tqdm
+from transformers import AutoTokenizer, PrinterCallback, ProgressCallback, TrainerCallback
 from trl import GRPOConfig, GRPOTrainer, ModelConfig, TrlParser
 
 import preflight
@@ -680,6 +681,9 @@ def run_training(trainer, training_args=None) -> None:
     for verbose, compact in ((ProgressCallback, CompactProgress), (PrinterCallback, CompactPrinter)):
         if trainer.pop_callback(verbose) is not None:
             trainer.add_callback(compact)
+    if getattr(training_args, "log_completions", False) and hasattr(trainer, "num_completions_to_print"):
+        trainer.num_completions_to_print = 0  # TRL's own rich table: 0 prints none (the parquet files stay)
+        trainer.add_callback(CompletionsPrinter(trainer))
     try:
         trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     except KeyboardInterrupt:
@@ -814,14 +818,49 @@ def try_model(trainer: GRPOTrainer, dataset: Dataset | None = None, n: int = 3) 
 
 
 def print_completions(trainer: GRPOTrainer, n: int, where: str, stride: int = 1) -> None:
-    """The first n completions (every stride-th: one per prompt group) of the trainer's latest generation batch,
-    each turn with its tool calls, and each reward's score."""
-    logs = trainer._logs  # GRPOTrainer keeps its latest generation batch (training or evaluation) here
-    for number, i in enumerate(range(0, min(n * stride, len(logs["completion"])), stride), start=1):
-        scores = ", ".join(f"{name} {values[i]:.2f}" for name, values in logs["rewards"].items())
-        completion = logs["completion"][i]
+    """n completions (one per prompt group first, a group being stride completions) of the trainer's latest batch."""
+    print(completions_text(trainer._logs, n, where, stride))  # GRPOTrainer keeps its latest batch in _logs
+
+
+def completions_text(logs: dict, n: int | None, where: str, stride: int = 1) -> str:
+    """Completions as plain text, one block each: its rewards and advantage on the first line, then the question
+    (the prompt's last message; the system prompt is the recipe's, the same every time) and every turn of the
+    completion with its tool calls. Readable at any width, in a file, a terminal or a notebook."""
+    count = len(logs["completion"])
+    order = sorted(range(count), key=lambda i: (i % stride, i))  # the first of each group, then the second, ...
+    blocks = []
+    for shown, i in enumerate(order[:count if n is None else n], start=1):
+        scores = ", ".join(f"{name.removesuffix('_reward')} {number(values[i], '.2f')}"
+                           for name, values in logs["rewards"].items())
+        advantages = logs.get("advantages") or []
+        advantage = f"; advantage {number(advantages[i], '+.2f')}" if i < len(advantages) else ""
+        prompt, completion = logs["prompt"][i], logs["completion"][i]
+        question = prompt[-1] if isinstance(prompt, list) else {"role": "prompt", "content": prompt}
         turns = completion if isinstance(completion, list) else [{"role": "assistant", "content": completion}]
-        print(f"--- completion {number} {where}: {scores}")
-        for turn in turns:
-            calls = [f"[{c['function']['name']}({c['function']['arguments']})]" for c in turn.get("tool_calls") or []]
-            print(f"{turn['role']}: {turn.get('content') or ''}{' '.join(calls)}")
+        lines = [f"--- completion {shown} {where}: {scores}{advantage}"]
+        for turn in [question, *turns]:
+            calls = [f"[{c['function']['name']}({arguments_text(c['function']['arguments'])})]"
+                     for c in turn.get("tool_calls") or []]
+            lines.append(f"{turn['role']}: {turn.get('content') or ''}{' '.join(calls)}")
+        blocks.append("\n".join(lines))
+    return "\n".join(blocks)
+
+
+def arguments_text(arguments) -> str:
+    """A tool call's arguments as JSON (TRL keeps them parsed, a dict; other sources keep the JSON string)."""
+    return arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
+
+
+class CompletionsPrinter(TrainerCallback):
+    """--log_completions: num_completions_to_print completions of each logged step (one per prompt), as plain text.
+    TRL prints them as a rich table of 8+ columns at the console's width (80 in a file or a notebook): cut to '…'."""
+
+    def __init__(self, trainer: GRPOTrainer):
+        self.trainer = trainer
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if state.is_world_process_zero and "train_runtime" not in (logs or {}) and self.trainer._logs["completion"]:
+            where = "at eval" if any(key.startswith("eval_") for key in logs or {}) else "at step"
+            group = (args.num_generations_eval or args.num_generations) if where == "at eval" else args.num_generations
+            tqdm.write(completions_text(self.trainer._logs, args.num_completions_to_print,
+                                        f"{where} {state.global_step}", stride=group))

@@ -53,7 +53,8 @@ RECIPE_DEFAULTS = {
     "max_completion_length": 1024 if ON_COLAB else 2048,  # every turn after the prompt: searches, results, reads
     "max_tool_calling_iterations": 3 if ON_COLAB else 6,  # multi-hop: a few searches and reads
     "max_steps": 100 if ON_COLAB else -1, "num_train_epochs": 1,  # -1: one epoch
-    "logging_steps": 1, "save_steps": 50 if ON_COLAB else 100, "save_total_limit": 3,
+    "logging_steps": 1, "num_completions_to_print": 2,  # --log_completions: 2 printed per logged step
+    "save_steps": 50 if ON_COLAB else 100, "save_total_limit": 3,
     "eval_strategy": "steps", "eval_steps": 50 if ON_COLAB else 100,
     "per_device_eval_batch_size": 16 if ON_COLAB else 64,  # 200 questions × 4 generations: 13 calls, not 50
     "num_generations_eval": 4, "vllm_gpu_memory_utilization": 0.3,

@@ -51,7 +51,7 @@ RECIPE_DEFAULTS = {
     "max_completion_length": 512 if ON_COLAB else 1024,  # the whole conversation after the prompt: calls, results
     "max_tool_calling_iterations": 2 if ON_COLAB else 4,  # rounds of tool calls per completion, at most
     "max_steps": 100 if ON_COLAB else -1, "num_train_epochs": 1,  # -1: one epoch
-    "logging_steps": 1,
+    "logging_steps": 1, "num_completions_to_print": 2,  # --log_completions: 2 printed per logged step
     "save_steps": 50 if ON_COLAB else 100, "save_total_limit": 3,
     "eval_strategy": "steps", "eval_steps": 50 if ON_COLAB else 100,
     "per_device_eval_batch_size": 16 if ON_COLAB else 64,  # 200 problems × 4 generations: 13 calls, not 50

@@ -135,6 +135,13 @@ def test_offline_run_trains_evaluates_checkpoints_and_resumes(kit):
         assert f"rewards/{reward.__name__}/mean" in logged
         assert f"eval_rewards/{reward.__name__}/mean" in logged  # held-out curve next to the training reward
     assert sorted((out / "completions").glob("completions_*.parquet")), "--log_completions wrote no completions"
+    # --log_completions prints plain blocks (TRL's rich table cut every column to '…' at a file's 80 columns)
+    shown = re.findall(r"^--- completion (\d) at step (\d): correctness \d\.\d\d, integer_answer .*; advantage "
+                       r"[-+]\d\.\d\d\nuser: (.+)\nassistant: ", first.stdout, flags=re.MULTILINE)
+    assert [(number, step) for number, step, _ in shown] == [(n, s) for s in "1234" for n in "12"]
+    questions = {json.loads(line)["question"] for line in (kit / "gsm8k_toy" / "train.jsonl").read_text().splitlines()}
+    assert {question for _, _, question in shown} <= questions, "each block shows its question whole"
+    assert "━" not in first.stdout and "…" not in first.stdout
     lr_by_step = {log["step"]: log["learning_rate"] for log in state["log_history"] if "learning_rate" in log}
 
     resumed = run_recipe(kit, "--output_dir", str(out), "--resume_from_checkpoint", str(out / "checkpoint-2"))

@@ -6,6 +6,7 @@ the whole conversation.
 """
 
 import json
+import re
 import threading
 import time
 import shutil
@@ -15,6 +16,7 @@ import pandas as pd
 import pytest
 from transformers.utils import get_json_schema
 
+import plumbing
 import rewards
 import tool_use_grpo
 from sandbox import Sandbox
@@ -65,6 +67,17 @@ def test_turn_level_credit_reaches_the_logs_per_turn(trained):
     assert all(0.0 <= log["used_output/turn_1"] <= 1.0 for log in logs)
     frame = pd.concat(pd.read_parquet(f) for f in sorted((out / "completions").glob("*.parquet")))
     assert "used_output_per_turn" in frame.columns
+
+
+def test_logged_completions_print_each_turn_with_its_tool_call_and_result(trained):
+    trainer, _ = trained  # the run had --log_completions: these are the blocks it printed for its last step
+    text = plumbing.completions_text(trainer._logs, None, "at step 2", stride=trainer.args.num_generations)
+    blocks = text.split("--- completion ")[1:]
+    assert len(blocks) == len(trainer._logs["completion"]) and all("\nuser: " in block for block in blocks)
+    with_tool = [block for block in blocks if "\ntool: " in block]
+    assert with_tool, "no printed completion shows a tool result"
+    call = re.search(r"\[python\((\{.*\})\)\]$", with_tool[0], flags=re.MULTILINE)  # the call, as JSON
+    assert call and "code" in json.loads(call.group(1)), with_tool[0]
 
 
 def tool_turns(completions_dir: Path) -> list[tuple[dict, dict]]:
