@@ -670,8 +670,8 @@ def disk_full(err: Exception, output: Path) -> bool:
 
 def checkpoint_note(output: Path) -> str:
     """', the newest complete checkpoint is checkpoint-N' (or nothing), for a message after a failed save."""
-    complete = [p for p in preflight.checkpoints_in(output) if (p / "trainer_state.json").is_file()]
-    return f", and the newest complete checkpoint is {complete[-1].name}" if complete else ""
+    saved = [p for p in preflight.checkpoints_in(output) if preflight.complete(p)]
+    return f", and the newest complete checkpoint is {saved[-1].name}" if saved else ""
 
 
 def run_training(trainer, training_args=None) -> None:

@@ -378,6 +378,16 @@ def checkpoints_in(output: Path) -> list[Path]:
                   p.name.split("-")[-1].isdigit() else -1) if output.is_dir() else []
 
 
+def complete(checkpoint: Path) -> bool:
+    """Whether a checkpoint was saved to the end: the Trainer writes trainer_state.json last, so a run stopped while
+    saving (Ctrl-C, a kill, a full disk) leaves it missing or cut short; earlier checkpoints are untouched."""
+    try:
+        json.loads((checkpoint / "trainer_state.json").read_text())
+        return True
+    except (OSError, ValueError):
+        return False
+
+
 def check_output_dir(training_args) -> None:
     """Never lose work: refuse to start over on checkpoints or a trained model unless asked, refuse a second run
     into a folder a run is writing (a lock), resolve `--resume_from_checkpoint last` and refuse a resume whose recipe,
@@ -398,21 +408,24 @@ def check_output_dir(training_args) -> None:
     recorded = read_run(output)
     resume = training_args.resume_from_checkpoint
     if isinstance(resume, str) and resume.lower() in ("last", "latest", "true"):
-        # A run stopped while saving (Ctrl-C, a kill, a full disk) leaves a checkpoint without trainer_state.json,
-        # which the Trainer writes last and cannot resume without: the newest complete one is the one to resume.
-        complete = [p for p in checkpoints if (p / "trainer_state.json").is_file()]
-        if not complete:
+        saved = [p for p in checkpoints if complete(p)]  # the newest complete checkpoint is the one to resume
+        if not saved:
             sys.exit(f"--resume_from_checkpoint {resume}: {output} holds no complete checkpoint "
                      f"({', '.join(p.name for p in checkpoints) or 'none'}); start without it")
-        incomplete = checkpoints[checkpoints.index(complete[-1]) + 1:]
+        incomplete = checkpoints[checkpoints.index(saved[-1]) + 1:]
         if incomplete:
-            logger.warning(f"skipping {', '.join(p.name for p in incomplete)}: no trainer_state.json (the run stopped "
-                           "while saving it)")
-        training_args.resume_from_checkpoint = resume = str(complete[-1])
+            logger.warning(f"skipping {', '.join(p.name for p in incomplete)}: its trainer_state.json is missing or "
+                           "cut short (the run stopped while saving it)")
+        training_args.resume_from_checkpoint = resume = str(saved[-1])
     elif resume and not Path(resume).is_dir():
         found = ", ".join(p.name for p in checkpoints) or "none"
         sys.exit(f"--resume_from_checkpoint {resume}: no such folder (checkpoints in {output}: {found}; "
                  "`--resume_from_checkpoint last` takes the newest)")
+    elif resume and not complete(Path(resume)):
+        saved = [p.name for p in checkpoints_in(Path(resume).parent) if complete(p)]
+        sys.exit(f"--resume_from_checkpoint {resume}: not a complete checkpoint (no readable trainer_state.json: "
+                 f"a run stopped while saving it, or not a checkpoint); "
+                 + (f"the newest complete one is {saved[-1]}, or pass `last`" if saved else "start without it"))
     if resume:
         check_resume(Path(resume), identity)
         logger.info(f"resuming from {resume}")

@@ -309,17 +309,25 @@ def test_resume_last_skips_a_checkpoint_the_run_stopped_saving(tmp_path, caplog)
 
     import preflight
 
-    for step, files in ((3, ["model.safetensors", "trainer_state.json"]), (6, ["model.safetensors"])):
-        for name in files:
-            (tmp_path / f"checkpoint-{step}").mkdir(exist_ok=True)
-            (tmp_path / f"checkpoint-{step}" / name).write_text("{}")
+    # checkpoint-3 complete; checkpoint-6 cut while writing trainer_state.json (a full disk); checkpoint-9 before it
+    for step, state in ((3, '{"global_step": 3}'), (6, '{"global_step": 6, "log_hi'), (9, None)):
+        (tmp_path / f"checkpoint-{step}").mkdir()
+        (tmp_path / f"checkpoint-{step}" / "model.safetensors").write_text("weights")
+        if state:
+            (tmp_path / f"checkpoint-{step}" / "trainer_state.json").write_text(state)
     args = SimpleNamespace(output_dir=str(tmp_path), resume_from_checkpoint="last", overwrite_output_dir=False)
     preflight.check_output_dir(args)
     assert args.resume_from_checkpoint == str(tmp_path / "checkpoint-3")
-    assert "skipping checkpoint-6: no trainer_state.json" in caplog.text
+    assert "skipping checkpoint-6, checkpoint-9: its trainer_state.json is missing or cut short" in caplog.text
+    preflight.release_output_dir(tmp_path)
+    args.resume_from_checkpoint = str(tmp_path / "checkpoint-6")  # named explicitly: one line, not a traceback
+    with pytest.raises(SystemExit, match="checkpoint-6: not a complete checkpoint .*the newest complete one is "
+                                         "checkpoint-3, or pass `last`"):
+        preflight.check_output_dir(args)
+    preflight.release_output_dir(tmp_path)
     (tmp_path / "checkpoint-3" / "trainer_state.json").unlink()
     args.resume_from_checkpoint = "last"
-    with pytest.raises(SystemExit, match="holds no complete checkpoint .checkpoint-3, checkpoint-6."):
+    with pytest.raises(SystemExit, match="holds no complete checkpoint .checkpoint-3, checkpoint-6, checkpoint-9."):
         preflight.check_output_dir(args)
 
 
