@@ -267,12 +267,14 @@ def warm_start(model_dir: str | Path, out_dir: str | Path, conversations: list[d
     from transformers.utils import get_json_schema
     from trl import SFTConfig, SFTTrainer
 
+    from plumbing import redirected
+
     schemas = json.dumps([get_json_schema(tool) for tool in tools])
     dataset = Dataset.from_list([{**c, "tools": schemas} for c in conversations])
     args = SFTConfig(output_dir=str(Path(out_dir) / "sft-run"), max_steps=steps, per_device_train_batch_size=8,
                      learning_rate=5e-3, lr_scheduler_type="cosine", warmup_steps=10, assistant_only_loss=True,
                      use_cpu=True, bf16=False, gradient_checkpointing=False, logging_steps=50, save_strategy="no",
-                     report_to="none", seed=seed, dataloader_num_workers=0)
+                     report_to="none", seed=seed, dataloader_num_workers=0, disable_tqdm=redirected())
     trainer = SFTTrainer(model=AutoModelForCausalLM.from_pretrained(model_dir), args=args, train_dataset=dataset,
                          processing_class=AutoTokenizer.from_pretrained(model_dir))
     trainer.train()
@@ -389,9 +391,11 @@ def main(argv: list[str] | None = None) -> None:
     from trl.chat_template_utils import qwen2_5_chat_template, qwen3_chat_template
 
     import gsm8k_grpo
+    import plumbing
     import search_agent_grpo
     import tool_use_grpo
 
+    plumbing.quiet_bars_when_redirected()  # into a file: the warm starts' log lines, without their bars' frames
     out = Path(args.out_dir)
     data_dir = write_toy_gsm8k(out / "gsm8k_toy", seed=args.seed)
     search_dir = write_toy_search(out / "search_toy", seed=args.seed)

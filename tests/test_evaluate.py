@@ -91,6 +91,9 @@ def test_evaluate_then_rejection_sampling_then_sft_then_grpo(server, kit, tmp_pa
     _, saved, _ = run(["tool_use_grpo", "--base_url", base_url, "--model", model, "-n", "6", "-r", "2",
                        "--dataset_path", str(kit / "gsm8k_toy"), "--max_tokens", "48", "--max_turns", "1"],
                       tmp_path, capsys)
+    assert all(r["error"] is None for r in saved), saved[0]["error"]  # every request answered, none a 500
+    assert all(r["completion"][-1]["role"] == "assistant" and r["completion"][-1]["content"].strip() for r in saved
+               if r["completion"][-1]["role"] != "tool"), "a final turn with no text"
     kept = sft_warmstart.rollout_conversations(str(tmp_path / "rollouts.jsonl"), min_reward=0.5, best_of=1)
     assert kept and all(any(m.get("tool_calls") for m in c["messages"]) for c in kept)  # tool use paid 0.5
     sft = sft_warmstart.main(["--recipe", "tool_use_grpo", "--source", "rollouts", "--rollouts",
