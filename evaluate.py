@@ -22,6 +22,7 @@ import dataclasses
 import json
 import math
 import os
+import re
 import statistics
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -59,6 +60,23 @@ def parse_args(argv=None) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--overwrite_out", action="store_true", help="replace an existing --out")
     parser.add_argument("--show", type=int, default=2, help="rollouts to print")
     return parser.parse_known_args(argv)
+
+
+AT_LEAST = {"num_examples": 1, "rollouts": 1, "concurrency": 1, "max_tokens": 1, "max_turns": 0, "show": 0,
+            "temperature": 0}  # temperature 0: greedy
+
+
+def check_options(args: argparse.Namespace) -> None:
+    """An option out of range or a base URL without its scheme is one line, before any request is made."""
+    for name, least in AT_LEAST.items():
+        value = getattr(args, name)
+        if value is not None and not value >= least:  # NaN fails too
+            sys.exit(f"--{name} {value:g}: must be at least {least}")
+    if not args.timeout > 0:
+        sys.exit(f"--timeout {args.timeout:g}: must be a positive number of seconds per request")
+    if not re.match(r"https?://", args.base_url):
+        example = "http://" + args.base_url.rstrip("/") + ("" if args.base_url.rstrip("/").endswith("/v1") else "/v1")
+        sys.exit(f"--base_url {args.base_url}: needs its scheme, http:// or https:// (e.g. {example})")
 
 
 def recipe_arguments(recipe, argv: list[str]):
@@ -246,6 +264,7 @@ def probe(client, args, example: dict) -> None:
 
 def main(argv=None) -> list[dict]:
     args, rest = parse_args(argv)
+    check_options(args)
     plumbing.quiet_noise()
     plumbing.quiet_bars_when_redirected()
     out = Path(args.out)
@@ -278,7 +297,7 @@ def main(argv=None) -> list[dict]:
     dataset = recipe.build_dataset(args.split, script_args.dataset_path)
     examples = [dataset[i] for i in range(min(args.num_examples, len(dataset)))]
     if not examples:
-        sys.exit(f"no examples to evaluate: the {args.split} split is empty, or -n is 0")
+        sys.exit(f"no examples to evaluate: the {args.split} split is empty")
     probe(client, args, examples[0])
     max_turns = args.max_turns
     if max_turns is None:  # the recipe's own bound on tool-calling rounds; none without tools

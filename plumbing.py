@@ -210,7 +210,9 @@ def read_config(path: str) -> dict:
         sys.exit(f"--config {path}: not valid YAML: {' '.join(str(err).split())}")
     except UnicodeDecodeError:
         sys.exit(f"--config {path}: not a text file; pass a YAML file of option: value lines")
-    config = {} if config is None else config
+    if config is None:  # the defaults would train the recipe's Hub model: not what a config file was passed for
+        sys.exit(f"--config {path} holds no options (empty, or only comments): add option: value lines "
+                 "(e.g. `learning_rate: 1.0e-5`), or run without --config")
     if not isinstance(config, dict):
         sys.exit(f"--config {path}: a YAML mapping of option: value lines is needed (e.g. `learning_rate: 1.0e-5`), "
                  f"not a {type(config).__name__}")
@@ -505,6 +507,8 @@ def prepare(training_args: GRPOConfig, model_args: ModelConfig, reward_funcs: li
     preflight.check_output_dir(training_args)
     preflight.check_model_source(model_args.model_name_or_path)
     preflight.check_memory(training_args, model_args)
+    preflight.check_lora_targets(model_args)
+    preflight.check_loggers(training_args)
     tokenizer = AutoTokenizer.from_pretrained(model_args.model_name_or_path, padding_side="left")
     if tokenizer.chat_template is None:
         sys.exit(f"{model_args.model_name_or_path} has no chat template; use an instruct/chat model or set "

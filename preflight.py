@@ -8,6 +8,7 @@ network), GPU memory (`check_memory`), the chat template (`check_tool_template`,
 """
 
 import dataclasses
+import difflib
 import importlib.util
 import json
 import logging
@@ -140,6 +141,46 @@ def check_tools_across_processes(training_args, tools: list | None) -> None:
         sys.exit(f"tools across {processes} processes with {'; '.join(reasons)} can hang: TRL's tool loop runs a "
                  "different number of turns on each process, and each turn's generation waits for all of them. "
                  "Use DDP (accelerate/multi_gpu.yaml) with vLLM colocate at tensor parallel 1, or one process.")
+
+
+PIP_NAMES = {"azure_ml": "azureml-core", "flyte": "flytekit", "neptune": "neptune", "comet_ml": "comet_ml"}
+
+
+def check_loggers(training_args) -> None:
+    """Each --report_to logger is one transformers knows and is installed: the Trainer would raise either only when
+    it is built, after the model has loaded."""
+    from transformers.integrations import get_available_reporting_integrations
+    from transformers.integrations.integration_utils import INTEGRATION_TO_CALLBACK
+
+    for name in training_args.report_to or []:
+        if name not in INTEGRATION_TO_CALLBACK:
+            close = difflib.get_close_matches(name, INTEGRATION_TO_CALLBACK, n=1)
+            sys.exit(f"--report_to {name}: not a logger transformers knows ("
+                     + (f"did you mean {close[0]}? " if close else "") + f"one of: {', '.join(INTEGRATION_TO_CALLBACK)}"
+                     ", or none)")
+        if name not in get_available_reporting_integrations():
+            sys.exit(f"--report_to {name}: it is not installed; `pip install {PIP_NAMES.get(name, name)}`, or pass "
+                     "--report_to none")
+
+
+def check_lora_targets(model_args: ModelConfig) -> None:
+    """With --use_peft, each --lora_target_modules name matches a layer of the model (read from its config, on the
+    meta device: nothing is allocated). PEFT raises only when none matches, after the model has loaded; a typo among
+    good names would train without that layer."""
+    targets = model_args.lora_target_modules
+    if not model_args.use_peft or not isinstance(targets, list) or targets in (["all-linear"], ["all"]):
+        return
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.from_pretrained(model_args.model_name_or_path, revision=model_args.model_revision)
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config)
+    names = [name for name, _ in model.named_modules()]
+    unmatched = [t for t in targets if t != "all-linear" and not any(n == t or n.endswith("." + t) for n in names)]
+    if unmatched:
+        linear = sorted({n.rsplit(".", 1)[-1] for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)})
+        sys.exit(f"--lora_target_modules {' '.join(unmatched)}: no layer of {model_args.model_name_or_path} is called "
+                 f"so (its linear layers: {', '.join(linear)}; all-linear takes every one but the output head)")
 
 
 def setup_wandb(training_args: GRPOConfig) -> None:

@@ -89,6 +89,10 @@ def cases(kit: Path, folder: Path) -> dict:
     (folder / "bad_value.yaml").write_text("learning_rate: fast\n")
     (folder / "broken.yaml").write_text("learning_rate: [1\n")
     config = str(kit / "gsm8k_grpo.yaml")
+    (folder / "empty.yaml").write_text("# a template, every line a comment\n")
+    cut_run = run_folder(kit, folder, "cut_run", this_run)  # checkpoint-2, then -4 cut while saving its state
+    shutil.copytree(cut_run / "checkpoint-2", cut_run / "checkpoint-4")
+    (cut_run / "checkpoint-4" / "trainer_state.json").write_text('{"global_step": 4, "log_hist')
     return {
         "rerun into checkpoints": ("gsm8k_grpo.py", ["--config", config, "--output_dir",
                                    str(workdir_with_checkpoints(kit, folder))], {},
@@ -195,6 +199,23 @@ def cases(kit: Path, folder: Path) -> dict:
         "missing search corpus": ("search_agent_grpo.py", ["--config", str(kit / "search_agent_grpo.yaml"),
                                   "--corpus_path", "corpus_typo.jsonl", "--output_dir", str(folder / "k")], {},
                                   ["corpus_typo.jsonl", "no such file"]),
+        "empty config": ("gsm8k_grpo.py", ["--config", str(folder / "empty.yaml"), "--output_dir", str(folder / "l")],
+                         {}, ["empty.yaml holds no options", "without --config"]),
+        "logger not installed": ("gsm8k_grpo.py", ["--config", config, "--report_to", "dvclive", "--output_dir",
+                                 str(folder / "m")], {}, ["--report_to dvclive", "pip install dvclive"]),
+        "mistyped logger": ("gsm8k_grpo.py", ["--config", config, "--report_to", "wandbb", "--output_dir",
+                            str(folder / "n")], {}, ["--report_to wandbb", "did you mean wandb"]),
+        "mistyped LoRA layer": ("gsm8k_grpo.py", ["--config", config, "--use_peft", "--lora_target_modules", "q_proj",
+                                "v_prj", "--output_dir", str(folder / "o")], {},
+                                ["--lora_target_modules v_prj", "v_proj", "all-linear"]),
+        "cut-short checkpoint": ("gsm8k_grpo.py", ["--config", config, "--output_dir", str(cut_run),
+                                 "--resume_from_checkpoint", str(cut_run / "checkpoint-4")], {},
+                                 ["not a complete checkpoint", "checkpoint-2, or pass `last`"]),
+        "evaluate -n 0": ("evaluate.py", ["gsm8k_grpo", "--base_url", "http://127.0.0.1:9/v1", "--model", "m", "-n",
+                          "0", "--out", str(folder / "e0.jsonl")], {}, ["--num_examples 0: must be at least 1"]),
+        "base URL without a scheme": ("evaluate.py", ["gsm8k_grpo", "--base_url", "localhost:8000", "--model", "m",
+                                      "--out", str(folder / "e1.jsonl")], {},
+                                      ["needs its scheme", "http://localhost:8000/v1"]),
     }
 
 
@@ -254,7 +275,8 @@ CASES = ["rerun into checkpoints", "unwritable output dir", "no network", "no ne
          "empty model folder", "tokenizer-only folder", "LoRA adapter folder", "4-bit on a CPU",
          "rollouts not from evaluate.py", "rerun onto a finished model", "SFT twice into one folder",
          "resume with another model", "resume another recipe's checkpoint",
-         "new model into another run's checkpoints"]
+         "new model into another run's checkpoints", "empty config", "logger not installed", "mistyped logger",
+         "mistyped LoRA layer", "cut-short checkpoint", "evaluate -n 0", "base URL without a scheme"]
 
 
 @pytest.mark.parametrize("name", CASES)
