@@ -1,5 +1,5 @@
-"""The contract between a recipe and the scripts that run it without training it: evaluate.py, sft_warmstart.py,
-offline.py and the demos. A recipe (or your fork of one) offers these module-level names:
+"""The contract between a recipe and the scripts that run it outside its own script: evaluate.py, sft_warmstart.py,
+offline.py, async_grpo.py and the demos. A recipe (or your fork of one) offers these module-level names:
 
 | name | what it is |
 |---|---|

@@ -116,12 +116,12 @@ def default_precision(args) -> bool:
 
 
 def parse_args(script_arguments, defaults: dict, argv: list[str] | None = None, config_class=RecipeGRPOConfig,
-               **more_defaults):
+               ignore_keys: dict[str, str] | None = None, **more_defaults):
     """(script_args, training_args, model_args): the command line over a --config YAML over the recipe's defaults.
 
     A misspelled flag or YAML key (or one of another recipe), a bad or out-of-range value, a missing, broken or
     misshapen --config end in one line with the nearest valid name; flags are never matched by prefix (`--learning_rat`
-    is not `--learning_rate`). A relative path in a config file is relative to that file (config_paths). --help shows
+    is not `--learning_rate`). ignore_keys: config keys this trainer drops, each with the reason it logs. A relative path in a config file is relative to that file (config_paths). --help shows
     the recipe's own options and the ones it sets; --help_all every option.
     """
     quiet_noise()  # the config classes warn while they are built
@@ -138,6 +138,10 @@ def parse_args(script_arguments, defaults: dict, argv: list[str] | None = None, 
         sys.exit(0)
     config_path, argv = pop_config(argv)
     config = read_config(config_path) if config_path else {}
+    skipped = [key for key in ignore_keys or {} if config.pop(key, None) is not None]
+    if skipped:  # keys of the recipe's own config this trainer has no use for (async_grpo.py: the eval loop's)
+        reasons = "; ".join(dict.fromkeys(ignore_keys[key] for key in skipped))
+        logger.warning(f"ignoring {', '.join(skipped)} from {config_path}: {reasons}")
     for key, value in config.pop("env", {}).items():  # as TrlParser does: the YAML's `env:` block
         os.environ[key] = str(value)
     known = {action.dest for action in parser._actions}
@@ -536,8 +540,13 @@ def run_summary(training_args, model) -> str:
     tuning += ", 4-bit base" if getattr(model, "is_loaded_in_4bit", False) else ""
     rate_from = getattr(training_args, "learning_rate_from", "learning_rate")
     why = " (lora_learning_rate: --use_peft without --learning_rate)" if rate_from == "lora_learning_rate" else ""
-    generation = (f"vLLM ({training_args.vllm_mode})" if training_args.use_vllm else "transformers" + (
-        " (install vLLM for faster generation)" if torch.cuda.is_available() else ""))
+    if not hasattr(training_args, "use_vllm"):  # async_grpo.py: generation on a server, beside training
+        generation = (f"the vLLM server at {training_args.vllm_server_base_url}, asynchronous (TRL's experimental "
+                      f"AsyncGRPOTrainer, max_staleness {training_args.max_staleness})")
+    elif training_args.use_vllm:
+        generation = f"vLLM ({training_args.vllm_mode})"
+    else:
+        generation = "transformers" + (" (install vLLM for faster generation)" if torch.cuda.is_available() else "")
     precision = "bf16" if training_args.bf16 else "fp16" if training_args.fp16 else "fp32"
     return (f"model {model.config._name_or_path} | {tuning} | learning_rate {training_args.learning_rate:g}{why} | "
             f"max_completion_length {training_args.max_completion_length} | max_steps {training_args.max_steps} | "
@@ -616,11 +625,12 @@ def sync_lora_out_of_place() -> None:
     VLLMGeneration._iter_named_params = iter_named_params
 
 
-def run(trainer: GRPOTrainer) -> GRPOTrainer:
+def run(trainer: GRPOTrainer, reward_funcs: list | None = None) -> GRPOTrainer:
     """Train the trainer a recipe built (compact logs; Ctrl-C prints the command that resumes; resumes when asked),
-    save the model to its output_dir, and plot its curves there. Logs what runs first: the summary and the rubric."""
+    save the model to its output_dir, and plot its curves there. Logs what runs first: the summary and the rubric
+    (reward_funcs, where the trainer keeps none: the async trainer)."""
     logger.info(run_summary(trainer.args, trainer.model))
-    rubric = rubric_summary(trainer.reward_funcs, trainer.args.reward_weights)
+    rubric = rubric_summary(reward_funcs or trainer.reward_funcs, trainer.args.reward_weights)
     logger.info(f"rubric (rewards.py documents each):\n{rubric}")
     run_training(trainer)
     output_dir = trainer.args.output_dir
@@ -685,7 +695,7 @@ def run_training(trainer, training_args=None) -> None:
     for verbose, compact in ((ProgressCallback, CompactProgress), (PrinterCallback, CompactPrinter)):
         if trainer.pop_callback(verbose) is not None:
             trainer.add_callback(compact)
-    if getattr(training_args, "log_completions", False) and hasattr(trainer, "num_completions_to_print"):
+    if getattr(training_args, "log_completions", False) and hasattr(trainer, "_logs"):
         trainer.num_completions_to_print = 0  # TRL's own rich table: 0 prints none (the parquet files stay)
         trainer.add_callback(CompletionsPrinter(trainer))
     try:
@@ -731,12 +741,16 @@ def compact_line(state, logs: dict) -> str:
     prefix = "eval_" if any(key.startswith("eval_") for key in logs) else ""
     parts = [f"{'eval at ' if prefix else ''}step {state.global_step}/{state.max_steps}"]
     if f"{prefix}reward" in logs:
-        components = " ".join(f"{key[len(prefix) + 8:-5].removesuffix('_reward')} {number(value, '.2f')}"
-                              for key, value in logs.items()
-                              if key.startswith(f"{prefix}rewards/") and key.endswith("/mean"))
+        components = " ".join(f"{key[len(prefix) + 8:].removesuffix('/mean').removesuffix('_reward')} "
+                              f"{number(value, '.2f')}" for key, value in logs.items()
+                              if key.startswith(f"{prefix}rewards/") and (key.endswith("/mean") or key.count("/") == 1))
+        # (the async trainer logs rewards/<name>, each times its weight; GRPOTrainer rewards/<name>/mean, unweighted)
         parts.append(f"reward {number(logs[prefix + 'reward'], '.3f')} ({components})")
     shown = (("completions/mean_length", "length", ".0f"), ("tools/call_frequency", "tool calls", ".2f"),
-             ("tools/seconds", "tool s", ".1f"), ("step_time", "s/step", ".2f"), ("loss", "loss", ".4g"),
+             ("tools/seconds", "tool s", ".1f"), ("step_time", "s/step", ".2f"), ("perf/step_s", "s/step", ".2f"),
+             # async_grpo.py: policy versions behind, seconds waiting for rollouts, rollouts dropped as too old
+             ("sample/staleness_mean", "staleness", ".2f"), ("perf/rollout_wait_s", "waited s", ".2f"),
+             ("sample/dropped_stale_total", "dropped stale", ".0f"), ("loss", "loss", ".4g"),
              ("mean_token_accuracy", "token accuracy", ".3f"), ("learning_rate", "lr", ".3g"))
     for key, label, form in shown:
         if prefix + key in logs:

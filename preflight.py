@@ -73,6 +73,7 @@ RANGES = {
     "adam_beta1": (_probability, "in [0, 1)"), "adam_beta2": (_probability, "in [0, 1)"),
     "repetition_penalty": (_positive, "positive (1.0: none)"), "adam_epsilon": (_positive, "positive"),
     "lora_alpha": (_positive, "positive"),
+    "max_inflight_tasks": (lambda v: v > 0 or v == -1, "positive, or -1 (TRL sizes it)"),  # async_grpo.py
 }
 NOT_NEGATIVE = ("warmup_steps", "weight_decay", "max_grad_norm", "beta", "epsilon", "epsilon_high", "delta",
                 "dataloader_num_workers", "eval_delay", "label_smoothing_factor", "entropy_coef")

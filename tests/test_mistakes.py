@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, free_port
 
 ONLINE = {"HF_HUB_OFFLINE": None, "HF_DATASETS_OFFLINE": None}  # as a user who never set them
 
@@ -211,6 +211,13 @@ def cases(kit: Path, folder: Path) -> dict:
         "cut-short checkpoint": ("gsm8k_grpo.py", ["--config", config, "--output_dir", str(cut_run),
                                  "--resume_from_checkpoint", str(cut_run / "checkpoint-4")], {},
                                  ["not a complete checkpoint", "checkpoint-2, or pass `last`"]),
+        "async without a server": ("async_grpo.py", ["gsm8k_grpo", "--config", config, "--use_peft",
+                                   "--vllm_server_base_url", f"http://127.0.0.1:{free_port()}", "--output_dir",
+                                   str(folder / "p")], {}, ["no vLLM server at http://127.0.0.1:", "vllm serve"]),
+        "async on a tool recipe": ("async_grpo.py", ["tool_use_grpo", "--config", str(kit / "tool_use_grpo.yaml")],
+                                   {}, ["tool_use_grpo has tools", "its own script"]),
+        "async with evaluation": ("async_grpo.py", ["gsm8k_grpo", "--config", config, "--eval_strategy", "steps",
+                                  "--output_dir", str(folder / "q")], {}, ["--eval_strategy steps", "evaluate.py"]),
         "evaluate -n 0": ("evaluate.py", ["gsm8k_grpo", "--base_url", "http://127.0.0.1:9/v1", "--model", "m", "-n",
                           "0", "--out", str(folder / "e0.jsonl")], {}, ["--num_examples 0: must be at least 1"]),
         "base URL without a scheme": ("evaluate.py", ["gsm8k_grpo", "--base_url", "localhost:8000", "--model", "m",
@@ -276,7 +283,8 @@ CASES = ["rerun into checkpoints", "unwritable output dir", "no network", "no ne
          "rollouts not from evaluate.py", "rerun onto a finished model", "SFT twice into one folder",
          "resume with another model", "resume another recipe's checkpoint",
          "new model into another run's checkpoints", "empty config", "logger not installed", "mistyped logger",
-         "mistyped LoRA layer", "cut-short checkpoint", "evaluate -n 0", "base URL without a scheme"]
+         "mistyped LoRA layer", "cut-short checkpoint", "evaluate -n 0", "base URL without a scheme",
+         "async without a server", "async on a tool recipe", "async with evaluation"]
 
 
 @pytest.mark.parametrize("name", CASES)

