@@ -121,9 +121,9 @@ def parse_args(script_arguments, defaults: dict, argv: list[str] | None = None, 
 
     A misspelled flag or YAML key (or one of another recipe), a bad or out-of-range value, a missing, broken or
     misshapen --config end in one line with the nearest valid name; flags are never matched by prefix (`--learning_rat`
-    is not `--learning_rate`). ignore_keys: config keys this trainer drops, each with the reason it logs. A relative path in a config file is relative to that file (config_paths). --help shows
-    the recipe's own options and the ones it sets; --help_all every option.
-    """
+    is not `--learning_rate`). A relative path in a config file is relative to that file (config_paths). --help shows
+    the recipe's own options and the ones it sets; --help_all every option. ignore_keys: config keys this trainer
+    drops, each with the reason it logs (async_grpo.py: the eval loop's)."""
     quiet_noise()  # the config classes warn while they are built
     parser = TrlParser((script_arguments, config_class, ModelConfig), allow_abbrev=False)
     parser.error = lambda message: sys.exit(f"{message} (--help lists the options)")  # argparse: no usage dump
