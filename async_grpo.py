@@ -57,8 +57,7 @@ class AsyncRecipeConfig(AsyncGRPOConfig):
                                     "here vLLM runs on its own device."})
 
     def __post_init__(self):
-        if self.bf16 is None and not self.fp16:  # AsyncGRPOConfig's bf16 default, only where the GPU has bf16
-            self.bf16 = torch.cuda.is_available() and torch.cuda.is_bf16_supported(including_emulation=False)
+        plumbing.default_precision(self)  # as the recipes: bf16 where the GPU has it, fp16 on a T4, fp32 on a CPU
         super().__post_init__()
         preflight.check_ranges(self)
 
