@@ -15,16 +15,21 @@ recipe keeps one `GRPOTrainer(...)` call that reads top to bottom, and the async
         --enable-lora --max-lora-rank 16 --max-loras 4
     python async_grpo.py gsm8k_grpo --max_staleness 1    # any recipe flag or --config works as with the recipe
 
-What works where: a CUDA GPU for the trainer (TRL 1.16's async trainer computes attention with flash-attn3 from the
-`kernels` package; a CPU is refused in one line), any vLLM server for generation. LoRA (`--use_peft`, every recipe's
-default) syncs as adapter files; a full fine-tune streams weights over NCCL, CUDA on both sides. Tool recipes are not
-wired yet.
+What works where: LoRA (`--use_peft`, every recipe's default) syncs as adapter files, on a GPU or a CPU (vLLM's CPU
+build serves; on a CPU start it with `--no-enable-chunked-prefill`: its engine fails seeded requests prefilled in
+chunks). A full fine-tune streams weights over NCCL: CUDA on both sides. On a GPU the trainer attends with flash-attn3
+from the `kernels` package (`pip install kernels`); on a CPU this script computes the same tree attention with
+transformers' SDPA and a mask. Each step line shows the staleness of its rollouts, the trainer's wait for them, the
+server's busy share and the adapter version it generates with. Tool recipes are not wired yet.
 """
 
 import importlib.util
+import logging
 import os
 import pickle
+import re
 import sys
+import threading
 from dataclasses import dataclass, field, fields
 
 import requests
@@ -32,12 +37,17 @@ import torch
 from trl import ModelConfig, get_peft_config
 
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # the run summary says it is TRL's experimental trainer
-from trl.experimental.async_grpo import AsyncGRPOConfig, AsyncGRPOTrainer
+from transformers import AttentionInterface, TrainerCallback
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from trl.experimental.async_grpo import AsyncGRPOConfig, AsyncGRPOTrainer, async_grpo_trainer, packing
 
 import harness
 import plumbing
 import preflight
 import rewards
+
+# TRL's async trainer logs five lines per weight sync; the step line carries what they measure (perf/weight_sync_s)
+logging.getLogger("trl.experimental.async_grpo").setLevel(logging.WARNING)
 
 
 @dataclass
@@ -55,6 +65,10 @@ class AsyncRecipeConfig(AsyncGRPOConfig):
     dtype: str = field(default="float32", init=False)
     skip_memory_check: bool = field(default=True, metadata={"help": "The memory estimate is for colocated vLLM; "
                                     "here vLLM runs on its own device."})
+    token_budget: int | None = field(default=0, metadata={"help": "Tokens per packed micro-batch row. Default 0: "
+                                     "per_device_train_batch_size samples, as in the recipe (TRL's default, the "
+                                     "server's max_model_len, packs as many samples as fit, so a step's batch size "
+                                     "would vary)."})
 
     def __post_init__(self):
         plumbing.default_precision(self)  # as the recipes: bf16 where the GPU has it, fp16 on a T4, fp32 on a CPU
@@ -128,13 +142,42 @@ def check_server(training_args, model_args) -> None:
 
 
 def check_attention() -> None:
-    """TRL 1.16's async trainer packs rollouts into trees and computes their attention with flash-attn3, fetched by
-    the `kernels` package: CUDA (or ROCm) only; torch has no CPU kernel for variable-length attention either."""
-    if not torch.cuda.is_available():
-        sys.exit("TRL's async trainer computes attention with flash-attn3 kernels, which need a CUDA GPU: train on a "
-                 "GPU, or here with the recipe's own script (synchronous)")
-    if importlib.util.find_spec("kernels") is None:
+    """On a GPU, TRL 1.16's async trainer computes its tree attention with flash-attn3, fetched by the `kernels`
+    package. (On a CPU, `cpu_tree_attention` stands in for it.)"""
+    if torch.cuda.is_available() and importlib.util.find_spec("kernels") is None:
         sys.exit("TRL's async trainer loads flash-attn3 with the kernels package: `pip install kernels`")
+
+
+def tree_mask(length: int, tree_kv_index, tree_cu_seqlens_q, tree_cu_seqlens_k) -> torch.Tensor:
+    """Which packed tokens each packed token attends to: TRL's tree packing lays a prefix trie out in segments, and a
+    segment's queries see the keys of its root-to-segment path (`tree_kv_index`), causally within the segment, as
+    flash-attn's variable-length kernel reads the same tensors. True = attend."""
+    mask = torch.zeros(length, length, dtype=torch.bool, device=tree_kv_index.device)
+    starts_q, starts_k = tree_cu_seqlens_q.tolist(), tree_cu_seqlens_k.tolist()
+    for q0, q1, k0, k1 in zip(starts_q[:-1], starts_q[1:], starts_k[:-1], starts_k[1:]):
+        path_length = k1 - k0  # the path ends with the segment itself: its i-th query is key path_length-(q1-q0)+i
+        causal = torch.ones(q1 - q0, path_length, dtype=torch.bool, device=mask.device).tril(path_length - (q1 - q0))
+        mask[q0:q1, tree_kv_index[k0:k1]] = causal
+    return mask
+
+
+def cpu_tree_attention(module, query, key, value, attention_mask, *, tree_kv_index, tree_cu_seqlens_q,
+                       tree_cu_seqlens_k, sliding_window=None, softcap=None, **kwargs):
+    """TRL's tree attention, computed by transformers' SDPA attention with the tree as a boolean mask (flash-attn3
+    has no CPU kernel, nor does torch's variable-length attention). Same attention; memory quadratic in the packed
+    length, which a CPU-sized run affords."""
+    if sliding_window or softcap:
+        raise ValueError(f"{type(module).__name__} uses a sliding window or a logit softcap, which async_grpo.py's "
+                         "CPU attention does not compute: train this model on a GPU")
+    mask = tree_mask(query.shape[2], tree_kv_index, tree_cu_seqlens_q, tree_cu_seqlens_k)
+    scaling, dropout = kwargs.get("scaling"), kwargs.get("dropout", 0.0)
+    return sdpa_attention_forward(module, query, key, value, mask[None, None], dropout=dropout, scaling=scaling,
+                                  is_causal=False)
+
+
+def no_peak_flops(accelerator, dtype) -> None:
+    """TRL's MFU probe asks `torch.cuda.get_device_name`, which fails without CUDA; None is its own answer for a device
+    it does not know (MFU off, throughput still logged)."""
 
 
 def check_picklable(named: dict) -> None:
@@ -145,6 +188,46 @@ def check_picklable(named: dict) -> None:
         except Exception as err:  # noqa: BLE001 - pickle raises several types
             sys.exit(f"{name} cannot be sent to the async trainer's reward process ({err}): use a module-level "
                      "function or a class instance, not a lambda or a closure")
+
+
+class ServerLoad(TrainerCallback):
+    """Logs what the trainer's own metrics leave out: the adapter version the server generates with
+    (`sync/adapter_version`) and the share of the time since the last log that it was generating
+    (`server/busy_frac`, sampled from vLLM's `num_requests_running` every `interval` seconds)."""
+
+    def __init__(self, trainer: AsyncGRPOTrainer, interval: float = 0.5):
+        self.trainer, self.interval, self.samples = trainer, interval, []
+        self.url = trainer.args.vllm_server_base_url.rstrip("/") + "/metrics"
+        self.stopped = threading.Event()
+        threading.Thread(target=self.sample, daemon=True).start()
+
+    def sample(self) -> None:
+        while not self.stopped.wait(self.interval):
+            try:
+                text = requests.get(self.url, timeout=5).text
+            except requests.RequestException:
+                continue  # a busy server is late to answer: skip the sample rather than count it either way
+            running = re.findall(r"^vllm:num_requests_running\{[^}]*\} (\S+)", text, re.MULTILINE)
+            self.samples.append(sum(float(value) for value in running) > 0)
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        samples, self.samples = self.samples, []
+        if logs is not None and "train_runtime" not in logs:
+            logs["sync/adapter_version"] = self.trainer.model_version
+            if samples:
+                logs["server/busy_frac"] = sum(samples) / len(samples)
+
+    def on_train_end(self, args, state, control, **kwargs):
+        self.stopped.set()
+
+
+def unload_adapters(training_args) -> None:
+    """Unload the adapters this run left on the server (TRL keeps the newest max_staleness + 1), so the next run
+    against it starts clean; their files stay in output_dir/.vllm_lora."""
+    url = training_args.vllm_server_base_url.rstrip("/")
+    for name in [m["id"] for m in requests.get(f"{url}/v1/models", timeout=10).json()["data"]]:
+        if name.startswith("trl-policy-v"):  # none was there when the run started (check_server)
+            requests.post(f"{url}/v1/unload_lora_adapter", json={"lora_name": name}, timeout=60)
 
 
 def main(argv: list[str] | None = None) -> AsyncGRPOTrainer:
@@ -178,6 +261,11 @@ def main(argv: list[str] | None = None) -> AsyncGRPOTrainer:
     reward_funcs = [WeightedReward(f, w) for f, w in zip(recipe.REWARD_FUNCS, training_args.reward_weights)]
     check_picklable({rewards.reward_name(f): f for f in reward_funcs})
     train_dataset, _ = plumbing.load_splits(recipe.build_dataset, training_args, script_args.dataset_path, 0)
+    on_cpu = not torch.cuda.is_available()
+    if on_cpu:  # the two places TRL 1.16's async trainer assumes a GPU
+        async_grpo_trainer.get_peak_flops_per_device = no_peak_flops
+        plumbing.logger.warning("no CUDA: tree attention by transformers' SDPA with a tree mask instead of flash-attn3 "
+                                "(the same attention, slower), MFU not logged")
     trainer = AsyncGRPOTrainer(
         model=model_args.model_name_or_path,  # also the name the vLLM server serves it under
         reward_funcs=reward_funcs,
@@ -186,7 +274,14 @@ def main(argv: list[str] | None = None) -> AsyncGRPOTrainer:
         processing_class=tokenizer,
         peft_config=get_peft_config(model_args),  # LoRA: each update reaches the server as adapter files
     )
-    return plumbing.run(trainer, recipe.REWARD_FUNCS)
+    if on_cpu:  # replaces the flash-attn3 attention the trainer registered under the same name
+        AttentionInterface.register(packing.TREE_ATTENTION, cpu_tree_attention)
+    trainer.callback_handler.callbacks.insert(0, ServerLoad(trainer))  # first: the step line shows what it adds
+    try:
+        return plumbing.run(trainer, recipe.REWARD_FUNCS)
+    finally:
+        if model_args.use_peft:
+            unload_adapters(training_args)
 
 
 if __name__ == "__main__":

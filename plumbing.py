@@ -468,7 +468,9 @@ def setup_logging() -> None:
 # Notices a user can do nothing about, repeated every run: TRL and transformers calling each other's deprecated
 # names (TRL's own default sets the old `gradient_checkpointing`), and the checkpoint rotation's note on file times.
 NOISE = [r"`is_gradient_checkpointing` is deprecated", r"`gradient_checkpointing(_kwargs)?` is deprecated",
-         r"mtime may not be reliable"]
+         r"mtime may not be reliable",
+         # TRL's async trainer adds two StepIntervalCallbacks on purpose (weight sync, metrics); transformers warns
+         r"StepIntervalCallback'> to the callbacks of this Trainer, but there is already one"]
 
 
 def quiet_noise() -> None:
@@ -748,9 +750,11 @@ def compact_line(state, logs: dict) -> str:
         parts.append(f"reward {number(logs[prefix + 'reward'], '.3f')} ({components})")
     shown = (("completions/mean_length", "length", ".0f"), ("tools/call_frequency", "tool calls", ".2f"),
              ("tools/seconds", "tool s", ".1f"), ("step_time", "s/step", ".2f"), ("perf/step_s", "s/step", ".2f"),
-             # async_grpo.py: policy versions behind, seconds waiting for rollouts, rollouts dropped as too old
+             # async_grpo.py: policy versions behind, seconds waiting for rollouts, rollouts dropped as too old,
+             # the share of the time the server generated, the adapter version it generates with
              ("sample/staleness_mean", "staleness", ".2f"), ("perf/rollout_wait_s", "waited s", ".2f"),
-             ("sample/dropped_stale_total", "dropped stale", ".0f"), ("loss", "loss", ".4g"),
+             ("sample/dropped_stale_total", "dropped stale", ".0f"), ("server/busy_frac", "server busy", ".0%"),
+             ("sync/adapter_version", "adapter v", ".0f"), ("loss", "loss", ".4g"),
              ("mean_token_accuracy", "token accuracy", ".3f"), ("learning_rate", "lr", ".3g"))
     for key, label, form in shown:
         if prefix + key in logs:

@@ -1,9 +1,12 @@
 """async_grpo.py's pieces that need no vLLM server: the weighted rubric the async trainer can send to its reward
-process, and how a recipe's defaults carry over (the server checks run in the vLLM tier, tests/test_vllm.py)."""
+process, how a recipe's defaults carry over, and the CPU's tree attention (the server checks run in the vLLM tier, tests/test_vllm.py)."""
 
 import pickle
 
 import pytest
+import torch
+from transformers import AttentionInterface, AutoModelForCausalLM
+from trl.experimental.async_grpo import packing
 from trl.trainer.utils import get_callable_name
 
 import async_grpo
@@ -37,3 +40,41 @@ def test_the_recipe_defaults_carry_over_and_the_differences_are_named():
     assert "eval_strategy" not in defaults and "scale_rewards" not in defaults
     assert differences == ["scale_rewards 'none': each group's rewards are divided by their std (TRL's async trainer "
                            "has no scale_rewards)"]
+
+
+def shared_prompt_samples() -> list[dict]:
+    """Three completions of one prompt (TRL's packing forwards the prompt once) and a sample of another prompt."""
+    generator = torch.Generator().manual_seed(0)
+    prompt = torch.randint(0, 100, (7,), generator=generator)
+    samples = []
+    for group, (head, length) in enumerate([(prompt, 5), (prompt, 9), (prompt, 3), (prompt[:2] + 1, 4)]):
+        ids = torch.cat([head, torch.randint(0, 100, (length,), generator=generator)])
+        samples.append({"input_ids": ids, "completion_mask": torch.cat([torch.zeros(len(head)), torch.ones(length)]),
+                        "old_log_probs": torch.zeros(len(ids)), "group_id": group // 3, "advantage": 1.0})
+    return samples
+
+
+def test_the_cpu_tree_attention_gives_each_packed_sample_the_logits_it_has_alone(kit):
+    """TRL's async trainer forwards a batch as one prefix trie; on a CPU, async_grpo.py computes its attention with
+    transformers' SDPA and a tree mask. Every trained token's logits match the sample's own unpacked forward; a
+    plain causal mask over the same packed row (each sample seeing the others) does not."""
+    packing.register_tree_attention()
+    AttentionInterface.register(packing.TREE_ATTENTION, async_grpo.cpu_tree_attention)
+    alone = AutoModelForCausalLM.from_pretrained(kit / "tiny-qwen2", attn_implementation="sdpa").eval()
+    tree = AutoModelForCausalLM.from_pretrained(kit / "tiny-qwen2", attn_implementation=packing.TREE_ATTENTION).eval()
+    row = packing.TreeRow()
+    samples = shared_prompt_samples()
+    for sample in samples:
+        row.add(sample)
+    packed = row.pack()
+    assert len(packed["input_ids"]) < sum(len(s["input_ids"]) for s in samples)  # the prompt is forwarded once
+    with torch.no_grad():
+        logits = tree(input_ids=packed["input_ids"][None], position_ids=packed["position_ids"][None],
+                      tree_kv_index=packed["tree_kv_index"], tree_cu_seqlens_q=packed["tree_cu_seqlens_q"],
+                      tree_cu_seqlens_k=packed["tree_cu_seqlens_k"]).logits[0]
+        causal = alone(input_ids=packed["input_ids"][None], position_ids=packed["position_ids"][None]).logits[0]
+        expected = torch.cat([alone(input_ids=s["input_ids"][None]).logits[0, s["completion_mask"][1:].nonzero()[:, 0]]
+                              for s in samples])  # the logits that predict each trained token
+    assert len(expected) == len(packed["token_index"])
+    torch.testing.assert_close(logits[packed["token_index"]], expected, atol=1e-5, rtol=1e-5)
+    assert (causal[packed["token_index"]] - expected).abs().max() > 0.01
