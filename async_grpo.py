@@ -18,8 +18,8 @@ recipe keeps one `GRPOTrainer(...)` call that reads top to bottom, and the async
 What works where: LoRA (`--use_peft`, every recipe's default) syncs as adapter files, on a GPU or a CPU (vLLM's CPU
 build serves; on a CPU start it with `--no-enable-chunked-prefill`: its engine fails seeded requests prefilled in
 chunks). A full fine-tune streams weights over NCCL: CUDA on both sides. On a GPU the trainer attends with flash-attn3
-from the `kernels` package (`pip install kernels`); on a CPU this script computes the same tree attention with
-transformers' SDPA and a mask. Each step line shows the staleness of its rollouts, the trainer's wait for them, the
+from the `kernels` package (`pip install kernels`); on a CPU (or with `--tree_attention sdpa`) this script computes the
+same tree attention with transformers' SDPA and a mask. Each step line shows the staleness of its rollouts, the trainer's wait for them, the
 server's busy share and the adapter version it generates with. Tool recipes are not wired yet.
 """
 
@@ -65,6 +65,10 @@ class AsyncRecipeConfig(AsyncGRPOConfig):
     dtype: str = field(default="float32", init=False)
     skip_memory_check: bool = field(default=True, metadata={"help": "The memory estimate is for colocated vLLM; "
                                     "here vLLM runs on its own device."})
+    tree_attention: str = field(default="flash-attn3", metadata={
+        "choices": ["flash-attn3", "sdpa"], "help": "How the packed rollouts' tree attention is computed: TRL's "
+        "flash-attn3 (CUDA; the kernels package fetches it from the Hub), or transformers' SDPA with a tree mask (the "
+        "same attention, slower; any device, no download). Without CUDA: sdpa."})
     token_budget: int | None = field(default=0, metadata={"help": "Tokens per packed micro-batch row. Default 0: "
                                      "per_device_train_batch_size samples, as in the recipe (TRL's default, the "
                                      "server's max_model_len, packs as many samples as fit, so a step's batch size "
@@ -141,11 +145,13 @@ def check_server(training_args, model_args) -> None:
                  f"it with --max-lora-rank {max(model_args.lora_r, lora['max_lora_rank'])} --max-loras {needed}")
 
 
-def check_attention() -> None:
-    """On a GPU, TRL 1.16's async trainer computes its tree attention with flash-attn3, fetched by the `kernels`
-    package. (On a CPU, `cpu_tree_attention` stands in for it.)"""
-    if torch.cuda.is_available() and importlib.util.find_spec("kernels") is None:
-        sys.exit("TRL's async trainer loads flash-attn3 with the kernels package: `pip install kernels`")
+def check_attention(training_args) -> None:
+    """flash-attn3 needs CUDA and the `kernels` package; each missing piece is one line (or sdpa without CUDA)."""
+    if not torch.cuda.is_available():
+        training_args.tree_attention = "sdpa"
+    elif training_args.tree_attention == "flash-attn3" and importlib.util.find_spec("kernels") is None:
+        sys.exit("TRL's async trainer loads flash-attn3 with the kernels package: `pip install kernels`, or pass "
+                 "--tree_attention sdpa")
 
 
 def tree_mask(length: int, tree_kv_index, tree_cu_seqlens_q, tree_cu_seqlens_k) -> torch.Tensor:
@@ -161,11 +167,11 @@ def tree_mask(length: int, tree_kv_index, tree_cu_seqlens_q, tree_cu_seqlens_k) 
     return mask
 
 
-def cpu_tree_attention(module, query, key, value, attention_mask, *, tree_kv_index, tree_cu_seqlens_q,
+def sdpa_tree_attention(module, query, key, value, attention_mask, *, tree_kv_index, tree_cu_seqlens_q,
                        tree_cu_seqlens_k, sliding_window=None, softcap=None, **kwargs):
-    """TRL's tree attention, computed by transformers' SDPA attention with the tree as a boolean mask (flash-attn3
-    has no CPU kernel, nor does torch's variable-length attention). Same attention; memory quadratic in the packed
-    length, which a CPU-sized run affords."""
+    """TRL's tree attention, computed by transformers' SDPA attention with the tree as a boolean mask: for a CPU
+    (flash-attn3 has no CPU kernel, nor does torch's variable-length attention) and a GPU that cannot fetch
+    flash-attn3. Same attention; memory quadratic in the packed length."""
     if sliding_window or softcap:
         raise ValueError(f"{type(module).__name__} uses a sliding window or a logit softcap, which async_grpo.py's "
                          "CPU attention does not compute: train this model on a GPU")
@@ -254,15 +260,14 @@ def main(argv: list[str] | None = None) -> AsyncGRPOTrainer:
     tokenizer = plumbing.prepare(training_args, model_args, recipe.REWARD_FUNCS)
     training_args.model_init_kwargs.pop("attn_implementation")  # see above: the trainer passes it itself
     check_server(training_args, model_args)
-    check_attention()
+    check_attention(training_args)
     if differences:
         plumbing.logger.warning(f"where this run differs from {recipe.__name__}.py: {'; '.join(differences)}")
     harness.setup_rubric(recipe, script_args)
     reward_funcs = [WeightedReward(f, w) for f, w in zip(recipe.REWARD_FUNCS, training_args.reward_weights)]
     check_picklable({rewards.reward_name(f): f for f in reward_funcs})
     train_dataset, _ = plumbing.load_splits(recipe.build_dataset, training_args, script_args.dataset_path, 0)
-    on_cpu = not torch.cuda.is_available()
-    if on_cpu:  # the two places TRL 1.16's async trainer assumes a GPU
+    if not torch.cuda.is_available():  # TRL 1.16's async trainer assumes a GPU here (and for flash-attn3)
         async_grpo_trainer.get_peak_flops_per_device = no_peak_flops
         plumbing.logger.warning("no CUDA: tree attention by transformers' SDPA with a tree mask instead of flash-attn3 "
                                 "(the same attention, slower), MFU not logged")
@@ -274,8 +279,8 @@ def main(argv: list[str] | None = None) -> AsyncGRPOTrainer:
         processing_class=tokenizer,
         peft_config=get_peft_config(model_args),  # LoRA: each update reaches the server as adapter files
     )
-    if on_cpu:  # replaces the flash-attn3 attention the trainer registered under the same name
-        AttentionInterface.register(packing.TREE_ATTENTION, cpu_tree_attention)
+    if training_args.tree_attention == "sdpa":  # replaces the flash-attn3 one the trainer registered under this name
+        AttentionInterface.register(packing.TREE_ATTENTION, sdpa_tree_attention)
     trainer.callback_handler.callbacks.insert(0, ServerLoad(trainer))  # first: the step line shows what it adds
     try:
         return plumbing.run(trainer, recipe.REWARD_FUNCS)

@@ -76,7 +76,8 @@ RANGES = {
     "max_inflight_tasks": (lambda v: v > 0 or v == -1, "positive, or -1 (TRL sizes it)"),  # async_grpo.py
 }
 NOT_NEGATIVE = ("warmup_steps", "weight_decay", "max_grad_norm", "beta", "epsilon", "epsilon_high", "delta",
-                "dataloader_num_workers", "eval_delay", "label_smoothing_factor", "entropy_coef")
+                "dataloader_num_workers", "eval_delay", "label_smoothing_factor", "entropy_coef",
+                "max_staleness")  # async_grpo.py: 0 is TRL's strict policy (rollouts of the current version only)
 # Counts, sizes, lengths and times: a recipe's own options named so as well as TRL's.
 POSITIVE_NAME = re.compile(r"^num_|^max_|_size$|_steps$|_length$|_iterations$|_limit$|^lora_r$|_workers$|seconds|"
                            r"_timeout$|_chars$|_tokens$|_top_k$|^best_of$|_per_step$")

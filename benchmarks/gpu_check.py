@@ -7,14 +7,18 @@ Models are randomly initialised with the real shapes of Qwen2.5-0.5B and Qwen2.5
 downloaded) and use the offline kit's tiny tokenizer and toy data, so the figures measure the machine and the recipe,
 not the model's skill: a random model writes until max_completion_length and never calls a tool, so the tool recipes'
 figures are for generation and training without tool turns. Each recipe runs through its own main(): LoRA with vLLM
-colocated (the default on a GPU; skipped without vLLM), full fine-tune (float32 master weights),
+colocated (the default on a GPU; skipped without vLLM), async_grpo.py against a vLLM server on the same GPU
+(gsm8k_grpo; the async trainer's speed-up over the cell above), full fine-tune (float32 master weights),
 LoRA with transformers generation and 4-bit QLoRA, with and without activation checkpointing. Each cell starts on a
 clean slate (a garbage collection first). Prints a markdown table for the README.
 """
 
 import argparse
+import contextlib
 import gc
 import importlib.util
+import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -37,7 +41,10 @@ SHAPES = {  # Qwen2.5 architectures, from their published configs
 }
 VARIANTS = {"lora+vllm": ["--use_peft", "--use_vllm", "--vllm_mode", "colocate"],  # the recipes' default on a GPU
             "full": ["--use_peft", "false"], "lora": ["--use_peft", "--use_vllm", "false"],
-            "qlora": ["--use_peft", "--load_in_4bit"]}
+            "qlora": ["--use_peft", "--load_in_4bit"],
+            # async_grpo.py against a `vllm serve` on the same GPU (single-turn recipes): the synchronous lora+vllm
+            # cell's speed-up, if any. sdpa tree attention where the kernels package (flash-attn3) is missing.
+            "lora+async": ["--use_peft", "--max_staleness", "1"]}
 
 
 def build_model(shape: str, kit: Path, out: Path) -> Path:
@@ -67,12 +74,43 @@ def estimate(shape: str, variant: str, checkpointing: bool, args) -> float:
         estimate_config(shape), weight_dtype="float32" if variant == "full" else "bfloat16", half=True,
         use_peft=variant != "full", load_in_4bit=variant == "qlora", lora_r=16, batch=8, generation_batch=8,
         prompt=256, completion=args.max_completion_length, checkpointing=checkpointing,
-        use_vllm=variant == "lora+vllm", vllm_bytes=0.3 * total if variant == "lora+vllm" else 0.0)
+        use_vllm=variant in ("lora+vllm", "lora+async"),
+        vllm_bytes=0.3 * total if variant in ("lora+vllm", "lora+async") else 0.0)
     return sum(parts.values()) / 2**30
 
 
 def estimate_config(shape: str) -> Qwen2Config:
     return Qwen2Config(**SHAPES[shape])
+
+
+@contextlib.contextmanager
+def vllm_server(model: Path, log: Path):
+    """`vllm serve` of the cell's model as async_grpo.py's docstring starts it (LoRA slots, dev endpoints), on 30% of
+    the GPU, until the cell ends."""
+    import requests
+
+    port = 8000 + os.getpid() % 1000
+    env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1", "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "1"}
+    with open(log, "w") as f:
+        process = subprocess.Popen([sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
+                                    "--port", str(port), "--gpu-memory-utilization", "0.3", "--enable-lora",
+                                    "--max-lora-rank", "16", "--max-loras", "3", "--max-model-len", "2048"],
+                                   stdout=f, stderr=subprocess.STDOUT, env=env)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 600
+        while True:
+            try:
+                requests.get(f"{url}/v1/models", timeout=5).raise_for_status()
+                break
+            except requests.RequestException:
+                if process.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"vllm serve did not come up; its log: {log}") from None
+                time.sleep(2)
+        yield url
+    finally:
+        process.terminate()
+        process.wait(timeout=120)
 
 
 def run(recipe: str, model: Path, kit: Path, variant: str, checkpointing: bool, args, out: Path) -> dict:
@@ -92,11 +130,19 @@ def run(recipe: str, model: Path, kit: Path, variant: str, checkpointing: bool, 
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
     start = time.perf_counter()
-    trainer = module.main(argv)
+    if variant == "lora+async":
+        import async_grpo
+
+        argv += [] if importlib.util.find_spec("kernels") else ["--tree_attention", "sdpa"]
+        with vllm_server(model, out.parent / "vllm-serve.log") as url:
+            trainer = async_grpo.main([recipe, *argv, "--vllm_server_base_url", url])
+    else:
+        trainer = module.main(argv)
     seconds = time.perf_counter() - start
-    steps = [log for log in trainer.state.log_history if "step_time" in log]
-    step_time = sum(log["step_time"] for log in steps) / len(steps)
-    tokens = sum(log["completions/mean_length"] * 8 for log in steps) / sum(log["step_time"] for log in steps)
+    key = "perf/step_s" if variant == "lora+async" else "step_time"
+    steps = [log for log in trainer.state.log_history if key in log]
+    step_time = sum(log[key] for log in steps) / len(steps)
+    tokens = sum(log["completions/mean_length"] * 8 for log in steps) / sum(log[key] for log in steps)
     peak = torch.cuda.max_memory_allocated() / 2**30 if torch.cuda.is_available() and not args.cpu else float("nan")
     del trainer
     return {"s/step": step_time, "tokens/s": tokens, "peak GiB": peak, "wall s": seconds}
@@ -132,7 +178,10 @@ def main(argv=None) -> list[str]:
                     if variant == "qlora" and args.cpu:
                         rows.append(f"{label} skipped: 4-bit needs CUDA | | | {guess:.1f} | |")
                         continue
-                    if variant == "lora+vllm" and (args.cpu or importlib.util.find_spec("vllm") is None):
+                    if variant == "lora+async" and recipe != "gsm8k_grpo":
+                        rows.append(f"{label} skipped: async_grpo.py trains single-turn recipes | | | {guess:.1f} | |")
+                        continue
+                    if variant in ("lora+vllm", "lora+async") and (args.cpu or importlib.util.find_spec("vllm") is None):
                         rows.append(f"{label} skipped: {'CPU' if args.cpu else 'vLLM is not installed'} | | | "
                                     f"{guess:.1f} | |")
                         continue

@@ -11,6 +11,7 @@ from trl.trainer.utils import get_callable_name
 
 import async_grpo
 import gsm8k_grpo
+import plumbing
 import rewards
 
 
@@ -59,7 +60,7 @@ def test_the_cpu_tree_attention_gives_each_packed_sample_the_logits_it_has_alone
     transformers' SDPA and a tree mask. Every trained token's logits match the sample's own unpacked forward; a
     plain causal mask over the same packed row (each sample seeing the others) does not."""
     packing.register_tree_attention()
-    AttentionInterface.register(packing.TREE_ATTENTION, async_grpo.cpu_tree_attention)
+    AttentionInterface.register(packing.TREE_ATTENTION, async_grpo.sdpa_tree_attention)
     alone = AutoModelForCausalLM.from_pretrained(kit / "tiny-qwen2", attn_implementation="sdpa").eval()
     tree = AutoModelForCausalLM.from_pretrained(kit / "tiny-qwen2", attn_implementation=packing.TREE_ATTENTION).eval()
     row = packing.TreeRow()
@@ -78,3 +79,17 @@ def test_the_cpu_tree_attention_gives_each_packed_sample_the_logits_it_has_alone
     assert len(expected) == len(packed["token_index"])
     torch.testing.assert_close(logits[packed["token_index"]], expected, atol=1e-5, rtol=1e-5)
     assert (causal[packed["token_index"]] - expected).abs().max() > 0.01
+
+
+def parse(*argv: str):
+    defaults, _ = async_grpo.recipe_defaults(gsm8k_grpo)
+    return plumbing.parse_args(gsm8k_grpo.ScriptArguments, defaults, list(argv),
+                               config_class=async_grpo.AsyncRecipeConfig)[1]
+
+
+def test_max_staleness_0_is_trls_strict_policy_and_a_step_takes_the_recipes_batch():
+    assert parse("--max_staleness", "0").max_staleness == 0  # only rollouts of the current policy version
+    with pytest.raises(SystemExit, match="--max_staleness -1"):
+        parse("--max_staleness", "-1")
+    args = parse("--per_device_train_batch_size", "8")
+    assert args.token_budget == 0 and args.per_device_train_batch_size == 8  # 8 samples a step, not what fits

@@ -48,10 +48,12 @@ def test_gpu_check_plumbing_runs_every_recipe_and_variant_on_cpu():
     assert proc.returncode == 0, proc.stderr[-3000:]
     table = proc.stdout[proc.stdout.index("| recipe |"):].splitlines()
     cells = [line for line in table if line.startswith("| ") and "| tiny |" in line]
-    assert len(cells) == 3 * 4 * 2  # recipes × variants × checkpointing
+    assert len(cells) == 3 * 5 * 2  # recipes × variants × checkpointing
     assert "failed" not in proc.stdout
     assert sum("skipped: 4-bit needs CUDA" in line for line in cells) == 6
     assert sum("| lora+vllm |" in line and "skipped: CPU" in line for line in cells) == 6  # a GPU's default cell
+    assert sum("| lora+async |" in line and "skipped: CPU" in line for line in cells) == 2  # gsm8k_grpo's
+    assert sum("| lora+async |" in line and "single-turn recipes" in line for line in cells) == 4
     for line in cells:
         if "skipped" not in line:
             seconds, tokens = (float(x) for x in line.split("|")[5:7])
