@@ -45,3 +45,30 @@ def test_turn_credit_reads_the_learning_curve_of_the_newest_checkpoint(tmp_path)
         (folder / "trainer_state.json").write_text(json.dumps({"log_history": history + [{"train_runtime": 1.0}]}))
     curve = turn_credit.learning_curve(tmp_path, turn_credit.CORRECT["tool"])
     assert list(curve) == list(range(5, 51, 5)) and set(curve.values()) == {0.3}
+
+
+def test_async_demo_gives_both_arms_the_same_grpo_settings_and_each_script_takes_its_flags(tmp_path):
+    """async_demo.py's arms differ only in the trainer: the same steps, batch, LoRA rate and advantage scaling, and
+    each arm's flags parse with its own script (a flag the async trainer lacks would stop the demo mid-seed)."""
+    sys.path.insert(0, str(ROOT / "experiments"))
+    import async_demo
+    import async_grpo
+    import cpu_demo
+    import gsm8k_grpo
+    import plumbing
+
+    args = cpu_demo.parse_args(["--grpo_steps", "12"])
+    args.lora_lr = 2e-4
+    flags = async_demo.arm_argv(tmp_path, tmp_path / "sync", 0, args, None)
+    assert flags[-3:] == ["--use_vllm", "--vllm_mode", "colocate"]  # (parsed without: vLLM is the vLLM tier's)
+    sync = plumbing.parse_args(gsm8k_grpo.ScriptArguments, gsm8k_grpo.RECIPE_DEFAULTS, flags[:-3])[1]
+    defaults, _ = async_grpo.recipe_defaults(gsm8k_grpo)
+    for staleness in (0, 2):
+        flags = async_demo.arm_argv(tmp_path, tmp_path / "async", 0, args, staleness)
+        late = plumbing.parse_args(gsm8k_grpo.ScriptArguments, defaults, flags,
+                                   config_class=async_grpo.AsyncRecipeConfig)[1]
+        assert late.max_staleness == staleness
+        for name in ("max_steps", "learning_rate", "per_device_train_batch_size", "num_generations", "temperature",
+                     "max_completion_length", "seed"):
+            assert getattr(late, name) == getattr(sync, name), name
+    assert sync.scale_rewards == "group" and sync.beta == 0  # the async trainer's advantage scaling; it has no KL
