@@ -23,6 +23,7 @@ same tree attention with transformers' SDPA and a mask. Each step line shows the
 server's busy share and the adapter version it generates with. Tool recipes are not wired yet.
 """
 
+import functools
 import importlib.util
 import logging
 import os
@@ -196,6 +197,39 @@ def check_picklable(named: dict) -> None:
                      "function or a class instance, not a lambda or a closure")
 
 
+class RecipeTools:
+    """The async trainer's `environment_factory` for a tool recipe: its tools, readied where they run. The rollouts run
+    in a spawned child process, which imports the recipe afresh (an index, a sandbox or a reader set up in this
+    process is not there), so the first environment made in a process runs the recipe's `setup_tools` there, with
+    the run's flags. Each environment exposes the tools `setup_tools` returned, under their own names, docstrings
+    and signatures (TRL builds the schemas from them, as the recipe's trainer does). Picklable: the recipe by name
+    or path, and its flags."""
+
+    def __init__(self, recipe: str, script_args):
+        self.recipe, self.script_args = recipe, script_args
+
+    def __call__(self):
+        if self.recipe not in TOOLBOXES:  # once per process: the sandbox or index starts here
+            tools = harness.load_recipe(self.recipe).setup_tools(self.script_args)
+            TOOLBOXES[self.recipe] = type("RecipeToolbox", (), {
+                "reset": lambda self, **row: None,  # the tools keep no per-rollout state TRL must clear
+                **{tool.__name__: staticmethod(as_function(tool)) for tool in tools}})
+        return TOOLBOXES[self.recipe]()
+
+
+TOOLBOXES: dict[str, type] = {}  # recipe -> its environment class, in the process that runs the tools
+
+
+def as_function(tool):
+    """A tool as a plain function (TRL lists an environment's tools by `inspect.isfunction`; a recipe's tool may be a
+    bound method), keeping its name, docstring and signature."""
+    @functools.wraps(tool)
+    def call(*args, **kwargs):
+        return tool(*args, **kwargs)
+
+    return call
+
+
 class ServerLoad(TrainerCallback):
     """Logs what the trainer's own metrics leave out: the adapter version the server generates with
     (`sync/adapter_version`) and the share of the time since the last log that it was generating
@@ -218,10 +252,14 @@ class ServerLoad(TrainerCallback):
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         samples, self.samples = self.samples, []
-        if logs is not None and "train_runtime" not in logs:
-            logs["sync/adapter_version"] = self.trainer.model_version
-            if samples:
-                logs["server/busy_frac"] = sum(samples) / len(samples)
+        if logs is None or "train_runtime" in logs:
+            return
+        added = {"sync/adapter_version": self.trainer.model_version}
+        if samples:
+            added["server/busy_frac"] = sum(samples) / len(samples)
+        logs.update(added)  # for the step line
+        if state.log_history and state.log_history[-1].get("step") == state.global_step:
+            state.log_history[-1].update(added)  # for the checkpoint's trainer_state.json (a copy of logs)
 
     def on_train_end(self, args, state, control, **kwargs):
         self.stopped.set()
@@ -243,10 +281,9 @@ def main(argv: list[str] | None = None) -> AsyncGRPOTrainer:
         sys.exit(0)
     if not argv or argv[0].startswith("-"):
         sys.exit(f"usage: python async_grpo.py <recipe> [its flags]; recipes: {', '.join(harness.RECIPES)}")
-    recipe = harness.load_recipe(argv.pop(0))
-    if harness.tools_of(recipe):
-        sys.exit(f"{recipe.__name__} has tools: async_grpo.py trains single-turn recipes so far (gsm8k_grpo, "
-                 "code_grpo); train it with its own script")
+    name = argv.pop(0)
+    recipe = harness.load_recipe(name)
+    name = str(os.path.abspath(name)) if name.endswith(".py") else name  # how the rollout process finds it too
     defaults, differences = recipe_defaults(recipe)
     script_args, training_args, model_args = plumbing.parse_args(
         recipe.ScriptArguments, defaults, argv, config_class=AsyncRecipeConfig,
@@ -257,13 +294,18 @@ def main(argv: list[str] | None = None) -> AsyncGRPOTrainer:
     if model_args.attn_implementation is not None:
         sys.exit(f"--attn_implementation {model_args.attn_implementation}: the async trainer sets its own (tree "
                  "attention over packed rollouts); drop it")
-    tokenizer = plumbing.prepare(training_args, model_args, recipe.REWARD_FUNCS)
+    tokenizer = plumbing.prepare(training_args, model_args, recipe.REWARD_FUNCS, tools=harness.tools_of(recipe))
     training_args.model_init_kwargs.pop("attn_implementation")  # see above: the trainer passes it itself
     check_server(training_args, model_args)
     check_attention(training_args)
     if differences:
         plumbing.logger.warning(f"where this run differs from {recipe.__name__}.py: {'; '.join(differences)}")
     harness.setup_rubric(recipe, script_args)
+    tools = None
+    if harness.tools_of(recipe):  # readied here first: a sandbox or index that cannot start is one line, not a dead child
+        recipe.setup_tools(script_args)
+        tools = RecipeTools(name, script_args)
+        check_picklable({"the tools": tools})
     reward_funcs = [WeightedReward(f, w) for f, w in zip(recipe.REWARD_FUNCS, training_args.reward_weights)]
     check_picklable({rewards.reward_name(f): f for f in reward_funcs})
     train_dataset, _ = plumbing.load_splits(recipe.build_dataset, training_args, script_args.dataset_path, 0)
@@ -278,6 +320,7 @@ def main(argv: list[str] | None = None) -> AsyncGRPOTrainer:
         train_dataset=train_dataset,
         processing_class=tokenizer,
         peft_config=get_peft_config(model_args),  # LoRA: each update reaches the server as adapter files
+        environment_factory=tools,  # a tool recipe's tools, readied in the rollout process (RecipeTools)
     )
     if training_args.tree_attention == "sdpa":  # replaces the flash-attn3 one the trainer registered under this name
         AttentionInterface.register(packing.TREE_ATTENTION, sdpa_tree_attention)

@@ -132,19 +132,28 @@ class ToolTimeBudget(TrainerCallback):
     runs sync tools one after another, so a young policy's infinite loops would stall the step for minutes, and one
     rollout's 31 loops in a turn would spend every other rollout's time. A rollout past its share gets an error at
     once. Only the calls' own time counts (not waiting for another caller's call). Logs show `tools/seconds` (the
-    step's) and `eval_tools/seconds` (the evaluation's, all batches)."""
+    step's) and `eval_tools/seconds` (the evaluation's, all batches). Outside a training run there are no steps to
+    share (evaluate.py; async_grpo.py's rollout process, where a slow rollout holds up no step): no budget applies
+    there, and each call still stops at --tool_timeout."""
 
     def __init__(self, seconds_per_step: float):
         self.seconds_per_step, self.used, self.rollouts = seconds_per_step, 0.0, 0
         self.step_seconds = self.evaluation_seconds = 0.0
+        self.training = False  # set by the trainer that runs this callback
 
     def share(self) -> float:
         """Each rollout's part of the budget: the rollouts counted are this batch's (TRL resets them all before any
-        tool runs); with none (a script that runs the tool alone), the whole budget."""
+        tool runs)."""
         return self.seconds_per_step / max(self.rollouts, 1)
 
     def spent(self, rollout_seconds: float) -> bool:
-        return rollout_seconds >= self.share() or self.used >= self.seconds_per_step
+        return self.training and (rollout_seconds >= self.share() or self.used >= self.seconds_per_step)
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.training, self.used, self.rollouts = True, 0.0, 0
+
+    def on_train_end(self, args, state, control, **kwargs):
+        self.training = False
 
     def on_step_begin(self, args, state, control, **kwargs):
         self.used = 0.0

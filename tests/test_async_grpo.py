@@ -1,7 +1,11 @@
 """async_grpo.py's pieces that need no vLLM server: the weighted rubric the async trainer can send to its reward
 process, how a recipe's defaults carry over, and the CPU's tree attention (the server checks run in the vLLM tier, tests/test_vllm.py)."""
 
+import json
 import pickle
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -13,6 +17,8 @@ import async_grpo
 import gsm8k_grpo
 import plumbing
 import rewards
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def completion(answer: str) -> list[dict]:
@@ -93,3 +99,45 @@ def test_max_staleness_0_is_trls_strict_policy_and_a_step_takes_the_recipes_batc
         parse("--max_staleness", "-1")
     args = parse("--per_device_train_batch_size", "8")
     assert args.token_budget == 0 and args.per_device_train_batch_size == 8  # 8 samples a step, not what fits
+
+
+@pytest.mark.parametrize("recipe", ["tool_use_grpo", "search_agent_grpo"])
+def test_a_tool_recipes_tools_reach_the_rollout_process_readied_with_the_runs_flags(kit, recipe, tmp_path):
+    """The async trainer runs tools in a spawned child that imports the recipe afresh (no index, no sandbox of the
+    parent's). RecipeTools pickles, and in a fresh interpreter makes an environment whose tools TRL lists (plain
+    functions on the class) with the recipe's own schemas, readied with the run's flags (the kit's corpus; a
+    one-second tool timeout), and answering."""
+    from transformers.utils import get_json_schema
+
+    module = __import__(recipe)
+    script_args = plumbing.parse_args(module.ScriptArguments, module.RECIPE_DEFAULTS,
+                                      ["--config", str(kit / f"{recipe}.yaml"), "--tool_timeout", "1",
+                                       "--output_dir", str(tmp_path)] if recipe == "tool_use_grpo" else
+                                      ["--config", str(kit / f"{recipe}.yaml"), "--output_dir", str(tmp_path)])[0]
+    factory = async_grpo.RecipeTools(recipe, script_args)
+    schemas = [get_json_schema(tool) for tool in module.TOOLS]
+    probe = f"""
+import inspect, json, pickle, sys
+sys.path.insert(0, {str(ROOT)!r})
+from transformers.utils import get_json_schema
+environment = pickle.loads(sys.stdin.buffer.read())()  # what TRL's rollout loop does with environment_factory
+names = [name for name, _ in inspect.getmembers(type(environment), predicate=inspect.isfunction)]
+tools = [getattr(environment, name) for name in names if name != "reset"]
+environment.reset(prompt=[], answer="1")
+calls = {{"python": ["print(6 * 7)", "while True:\\n    pass"], "search": ["born"], "read": ["nobody"]}}
+print(json.dumps({{"names": names, "schemas": [get_json_schema(t) for t in tools],
+                   "results": {{t.__name__: [t(a) for a in calls[t.__name__]] for t in tools}}}}))
+"""
+    proc = subprocess.run([sys.executable, "-c", probe], input=pickle.dumps(factory), capture_output=True,
+                          cwd=tmp_path, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr.decode()[-3000:]
+    found = json.loads(proc.stdout.decode().strip().splitlines()[-1])
+    assert sorted(found["names"]) == sorted(["reset", *(tool.__name__ for tool in module.TOOLS)])
+    assert sorted(found["schemas"], key=str) == sorted(schemas, key=str)
+    results = found["results"]
+    if recipe == "tool_use_grpo":
+        assert results["python"][0].strip() == "42"
+        assert results["python"][1].startswith("Error: timed out after 1")  # the run's --tool_timeout, not the default
+    else:  # the kit's corpus, indexed in the child from the config's corpus_path
+        corpus_titles = [json.loads(line)["title"] for line in Path(script_args.corpus_path).read_text().splitlines()]
+        assert any(title in results["search"][0] for title in corpus_titles), results

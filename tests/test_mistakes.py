@@ -214,8 +214,10 @@ def cases(kit: Path, folder: Path) -> dict:
         "async without a server": ("async_grpo.py", ["gsm8k_grpo", "--config", config, "--use_peft",
                                    "--vllm_server_base_url", f"http://127.0.0.1:{free_port()}", "--output_dir",
                                    str(folder / "p")], {}, ["no vLLM server at http://127.0.0.1:", "vllm serve"]),
-        "async on a tool recipe": ("async_grpo.py", ["tool_use_grpo", "--config", str(kit / "tool_use_grpo.yaml")],
-                                   {}, ["tool_use_grpo has tools", "its own script"]),
+        "async tool recipe without a server": ("async_grpo.py", ["tool_use_grpo", "--config",
+                                               str(kit / "tool_use_grpo.yaml"), "--use_peft", "--vllm_server_base_url",
+                                               f"http://127.0.0.1:{free_port()}", "--output_dir", str(folder / "r")],
+                                               {}, ["no vLLM server at http://127.0.0.1:", "vllm serve"]),
         "async with evaluation": ("async_grpo.py", ["gsm8k_grpo", "--config", config, "--eval_strategy", "steps",
                                   "--output_dir", str(folder / "q")], {}, ["--eval_strategy steps", "evaluate.py"]),
         "evaluate -n 0": ("evaluate.py", ["gsm8k_grpo", "--base_url", "http://127.0.0.1:9/v1", "--model", "m", "-n",
@@ -284,7 +286,7 @@ CASES = ["rerun into checkpoints", "unwritable output dir", "no network", "no ne
          "resume with another model", "resume another recipe's checkpoint",
          "new model into another run's checkpoints", "empty config", "logger not installed", "mistyped logger",
          "mistyped LoRA layer", "cut-short checkpoint", "evaluate -n 0", "base URL without a scheme",
-         "async without a server", "async on a tool recipe", "async with evaluation"]
+         "async without a server", "async tool recipe without a server", "async with evaluation"]
 
 
 @pytest.mark.parametrize("name", CASES)

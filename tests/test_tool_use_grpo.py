@@ -151,7 +151,7 @@ def test_each_rollout_gets_its_own_share_of_a_steps_tool_time():
     seconds, budget.seconds_per_step = budget.seconds_per_step, 4.0
     tool_use_grpo.SANDBOX.start()  # the zygote's start-up is not a call's time
     try:
-        budget.on_step_end(None, None, None)
+        budget.on_train_begin(None, None, None)
         budget.on_step_begin(None, None, None)
         greedy, other = new_rollouts(2)  # 2 s each: one timed-out call (tool_timeout 2 s) spends a share
         assert greedy.python("while True:\n    pass").startswith("Error: timed out")
@@ -176,8 +176,16 @@ def test_each_rollout_gets_its_own_share_of_a_steps_tool_time():
         budget.on_step_begin(None, None, None)  # the next step's rollouts start with their whole share
         (fresh,) = new_rollouts(1)
         assert fresh.python("6 * 7") == "42"
+        # Outside a training run (evaluate.py, async_grpo.py's rollout process) no step ends to renew the budget: none
+        # applies there, however much tool time the calls have taken.
+        budget.on_train_end(None, None, None)
+        (alone,) = new_rollouts(1)
+        for _ in range(3):
+            assert alone.python("while True:\n    pass").startswith("Error: timed out")
+        assert alone.seconds > budget.seconds_per_step and alone.python("6 * 7") == "42"
     finally:
         budget.seconds_per_step = seconds
+        budget.on_train_end(None, None, None)
 
 
 def test_waiting_for_another_callers_call_is_not_charged_as_tool_time():
