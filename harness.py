@@ -9,7 +9,7 @@ offline.py, async_grpo.py and the demos. A recipe (or your fork of one) offers t
 | `build_dataset(split, dataset_path=None)` | a Dataset with a conversational `prompt` column and the columns its rewards read (`answer`, ...) |
 | `REWARD_FUNCS`, `REWARD_WEIGHTS` | the rubric: reward functions in TRL's signature and one weight each |
 | `TOOLS` (optional) | the tool functions TRL calls; none: a single-turn recipe |
-| `setup_tools(script_args)` (with `TOOLS`) | readies the tools from the recipe's flags (starts the sandbox, loads the index) before any call, and returns the tools to run with |
+| `setup_tools(script_args)` (with `TOOLS`) | readies the tools from the recipe's flags (starts the sandbox, loads the index) before any call, and returns the tools to run with; async_grpo.py calls it again in its rollout process, a fresh import of the recipe |
 | `setup_rubric(script_args)` (optional) | readies what the rewards need from the recipe's flags (code_grpo.py: the test sandboxes) before any is scored |
 
 `load_recipe` imports a recipe by name or path and checks the contract, so a fork that lacks a name is one line that

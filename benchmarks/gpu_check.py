@@ -14,11 +14,8 @@ clean slate (a garbage collection first). Prints a markdown table for the README
 """
 
 import argparse
-import contextlib
 import gc
 import importlib.util
-import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -42,8 +39,9 @@ SHAPES = {  # Qwen2.5 architectures, from their published configs
 VARIANTS = {"lora+vllm": ["--use_peft", "--use_vllm", "--vllm_mode", "colocate"],  # the recipes' default on a GPU
             "full": ["--use_peft", "false"], "lora": ["--use_peft", "--use_vllm", "false"],
             "qlora": ["--use_peft", "--load_in_4bit"],
-            # async_grpo.py against a `vllm serve` on the same GPU (single-turn recipes): the synchronous lora+vllm
-            # cell's speed-up, if any. sdpa tree attention where the kernels package (flash-attn3) is missing.
+            # async_grpo.py against a `vllm serve` on the same GPU (gsm8k_grpo only: a random model calls no tool, so
+            # the other recipes would time the same work): the synchronous lora+vllm cell's speed-up, if any. sdpa
+            # tree attention where the kernels package (flash-attn3) is missing.
             "lora+async": ["--use_peft", "--max_staleness", "1"]}
 
 
@@ -83,36 +81,6 @@ def estimate_config(shape: str) -> Qwen2Config:
     return Qwen2Config(**SHAPES[shape])
 
 
-@contextlib.contextmanager
-def vllm_server(model: Path, log: Path):
-    """`vllm serve` of the cell's model as async_grpo.py's docstring starts it (LoRA slots, dev endpoints), on 30% of
-    the GPU, until the cell ends."""
-    import requests
-
-    port = 8000 + os.getpid() % 1000
-    env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1", "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "1"}
-    with open(log, "w") as f:
-        process = subprocess.Popen([sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
-                                    "--port", str(port), "--gpu-memory-utilization", "0.3", "--enable-lora",
-                                    "--max-lora-rank", "16", "--max-loras", "3", "--max-model-len", "2048"],
-                                   stdout=f, stderr=subprocess.STDOUT, env=env)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 600
-        while True:
-            try:
-                requests.get(f"{url}/v1/models", timeout=5).raise_for_status()
-                break
-            except requests.RequestException:
-                if process.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"vllm serve did not come up; its log: {log}") from None
-                time.sleep(2)
-        yield url
-    finally:
-        process.terminate()
-        process.wait(timeout=120)
-
-
 def run(recipe: str, model: Path, kit: Path, variant: str, checkpointing: bool, args, out: Path) -> dict:
     import importlib
 
@@ -134,7 +102,9 @@ def run(recipe: str, model: Path, kit: Path, variant: str, checkpointing: bool, 
         import async_grpo
 
         argv += [] if importlib.util.find_spec("kernels") else ["--tree_attention", "sdpa"]
-        with vllm_server(model, out.parent / "vllm-serve.log") as url:
+        # the cell's model on 30% of the GPU, as async_grpo.py's docstring starts it
+        with async_grpo.vllm_server(model, out.parent / "vllm-serve.log", 3, "--gpu-memory-utilization", "0.3",
+                                    "--max-model-len", "2048") as url:
             trainer = async_grpo.main([recipe, *argv, "--vllm_server_base_url", url])
     else:
         trainer = module.main(argv)
@@ -179,7 +149,7 @@ def main(argv=None) -> list[str]:
                         rows.append(f"{label} skipped: 4-bit needs CUDA | | | {guess:.1f} | |")
                         continue
                     if variant == "lora+async" and recipe != "gsm8k_grpo":
-                        rows.append(f"{label} skipped: async_grpo.py trains single-turn recipes | | | {guess:.1f} | |")
+                        rows.append(f"{label} skipped: one async cell, gsm8k_grpo's | | | {guess:.1f} | |")
                         continue
                     if variant in ("lora+vllm", "lora+async") and (args.cpu or importlib.util.find_spec("vllm") is None):
                         rows.append(f"{label} skipped: {'CPU' if args.cpu else 'vLLM is not installed'} | | | "

