@@ -101,43 +101,47 @@ def test_max_staleness_0_is_trls_strict_policy_and_a_step_takes_the_recipes_batc
     assert args.token_budget == 0 and args.per_device_train_batch_size == 8  # 8 samples a step, not what fits
 
 
-@pytest.mark.parametrize("recipe", ["tool_use_grpo", "search_agent_grpo"])
-def test_a_tool_recipes_tools_reach_the_rollout_process_readied_with_the_runs_flags(kit, recipe, tmp_path):
-    """The async trainer runs tools in a spawned child that imports the recipe afresh (no index, no sandbox of the
-    parent's). RecipeTools pickles, and in a fresh interpreter makes an environment whose tools TRL lists (plain
-    functions on the class) with the recipe's own schemas, readied with the run's flags (the kit's corpus; a
-    one-second tool timeout), and answering."""
-    from transformers.utils import get_json_schema
-
-    module = __import__(recipe)
-    script_args = plumbing.parse_args(module.ScriptArguments, module.RECIPE_DEFAULTS,
-                                      ["--config", str(kit / f"{recipe}.yaml"), "--tool_timeout", "1",
-                                       "--output_dir", str(tmp_path)] if recipe == "tool_use_grpo" else
-                                      ["--config", str(kit / f"{recipe}.yaml"), "--output_dir", str(tmp_path)])[0]
-    factory = async_grpo.RecipeTools(recipe, script_args)
-    schemas = [get_json_schema(tool) for tool in module.TOOLS]
-    probe = f"""
+TOOL_RECIPE_FLAGS = {"tool_use_grpo": ["--tool_timeout", "1"], "search_agent_grpo": []}
+PROBE = f"""
 import inspect, json, pickle, sys
 sys.path.insert(0, {str(ROOT)!r})
 from transformers.utils import get_json_schema
-environment = pickle.loads(sys.stdin.buffer.read())()  # what TRL's rollout loop does with environment_factory
-names = [name for name, _ in inspect.getmembers(type(environment), predicate=inspect.isfunction)]
-tools = [getattr(environment, name) for name in names if name != "reset"]
-environment.reset(prompt=[], answer="1")
 calls = {{"python": ["print(6 * 7)", "while True:\\n    pass"], "search": ["born"], "read": ["nobody"]}}
-print(json.dumps({{"names": names, "schemas": [get_json_schema(t) for t in tools],
-                   "results": {{t.__name__: [t(a) for a in calls[t.__name__]] for t in tools}}}}))
+found = {{}}
+for recipe, factory in pickle.loads(sys.stdin.buffer.read()).items():
+    environment = factory()  # what TRL's rollout loop does with environment_factory
+    names = [name for name, _ in inspect.getmembers(type(environment), predicate=inspect.isfunction)]
+    tools = [getattr(environment, name) for name in names if name != "reset"]
+    environment.reset(prompt=[], answer="1")
+    found[recipe] = {{"names": names, "schemas": [get_json_schema(t) for t in tools],
+                     "results": {{t.__name__: [t(a) for a in calls[t.__name__]] for t in tools}}}}
+print(json.dumps(found))
 """
-    proc = subprocess.run([sys.executable, "-c", probe], input=pickle.dumps(factory), capture_output=True,
+
+
+def test_a_tool_recipes_tools_reach_the_rollout_process_readied_with_the_runs_flags(kit, tmp_path):
+    """The async trainer runs tools in a spawned child that imports the recipe afresh (no index, no sandbox of the
+    parent's). RecipeTools pickles, and in a fresh interpreter makes an environment whose tools TRL lists (plain
+    functions on the class) with the recipe's own schemas, readied with the run's flags (the kit's corpus; a
+    one-second tool timeout), and answering. Both tool recipes in one interpreter, as a fork could mix them."""
+    from transformers.utils import get_json_schema
+
+    modules = {recipe: __import__(recipe) for recipe in TOOL_RECIPE_FLAGS}
+    script_args = {recipe: plumbing.parse_args(module.ScriptArguments, module.RECIPE_DEFAULTS, [
+        "--config", str(kit / f"{recipe}.yaml"), "--output_dir", str(tmp_path), *TOOL_RECIPE_FLAGS[recipe]])[0]
+        for recipe, module in modules.items()}
+    factories = {recipe: async_grpo.RecipeTools(recipe, script_args[recipe]) for recipe in modules}
+    proc = subprocess.run([sys.executable, "-c", PROBE], input=pickle.dumps(factories), capture_output=True,
                           cwd=tmp_path, timeout=300, check=False)
     assert proc.returncode == 0, proc.stderr.decode()[-3000:]
     found = json.loads(proc.stdout.decode().strip().splitlines()[-1])
-    assert sorted(found["names"]) == sorted(["reset", *(tool.__name__ for tool in module.TOOLS)])
-    assert sorted(found["schemas"], key=str) == sorted(schemas, key=str)
-    results = found["results"]
-    if recipe == "tool_use_grpo":
-        assert results["python"][0].strip() == "42"
-        assert results["python"][1].startswith("Error: timed out after 1")  # the run's --tool_timeout, not the default
-    else:  # the kit's corpus, indexed in the child from the config's corpus_path
-        corpus_titles = [json.loads(line)["title"] for line in Path(script_args.corpus_path).read_text().splitlines()]
-        assert any(title in results["search"][0] for title in corpus_titles), results
+    for recipe, module in modules.items():
+        assert sorted(found[recipe]["names"]) == sorted(["reset", *(tool.__name__ for tool in module.TOOLS)])
+        assert sorted(found[recipe]["schemas"], key=str) == sorted(map(get_json_schema, module.TOOLS), key=str)
+    python = found["tool_use_grpo"]["results"]["python"]
+    assert python[0].strip() == "42"
+    assert python[1].startswith("Error: timed out after 1")  # the run's --tool_timeout, not the default 2 s
+    # the kit's corpus, indexed in the child from the config's corpus_path
+    corpus = Path(script_args["search_agent_grpo"].corpus_path).read_text().splitlines()
+    search = found["search_agent_grpo"]["results"]["search"][0]
+    assert any(json.loads(line)["title"] in search for line in corpus), search

@@ -242,7 +242,9 @@ def test_evaluate_filter_sft_serve_evaluate_the_before_and_after_loop(vllm_kit, 
 # ------------------------------------------------------------------------------------------------------ async_grpo.py
 # What TRL's async trainer needs of the server: its dev endpoints (pause, resume, server_info) and adapters loaded at
 # run time, as files.
-ASYNC_ENV = {**ENV, "VLLM_SERVER_DEV_MODE": "1", "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "1"}
+# INFO: the test reads the adapters the server loaded from its log, and importing TRL (any test module that does,
+# collected before this one) sets VLLM_LOGGING_LEVEL=ERROR in this process's environment, which the server inherits.
+ASYNC_ENV = {**ENV, "VLLM_SERVER_DEV_MODE": "1", "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "1", "VLLM_LOGGING_LEVEL": "INFO"}
 
 
 def async_grpo(kit, base_url: str, out, *flags: str, recipe: str = "gsm8k_grpo",
@@ -294,9 +296,12 @@ def test_async_grpo_trains_on_a_cpu_and_the_server_generates_with_each_new_adapt
         short = async_grpo(vllm_kit, base_url, tmp_path / "few", "--max_staleness", "3", "--max_steps", "1")
         proc = async_grpo(vllm_kit, base_url, tmp_path / "run", "--max_staleness", "1", "--max_steps", str(steps),
                           "--learning_rate", "1e-2", "--lora_dropout", "0", recipe=short_fork(tmp_path))
-        served = [m.id for m in OpenAI(base_url=base_url, api_key="none").models.list().data]
-        OpenAI(base_url=base_url, api_key="none").post(
-            "/load_lora_adapter", body={"lora_name": "trained", "lora_path": str(tmp_path / "run")}, cast_to=object)
+        client = OpenAI(base_url=base_url, api_key="none")
+        served = [m.id for m in client.models.list().data]
+        for name in ("trained", "trl-policy-v1"):  # the second as a run that did not end cleanly would leave it
+            client.post("/load_lora_adapter", body={"lora_name": name, "lora_path": str(tmp_path / "run")},
+                        cast_to=object)
+        leftover = async_grpo(vllm_kit, base_url, tmp_path / "again", "--max_staleness", "1", "--max_steps", "1")
         prompts = [f"Question: {i} + {i + 3} =" for i in range(6)]
         before, after = greedy(base_url, model, prompts), greedy(base_url, "trained", prompts)
     assert short.returncode == 1 and short.stderr.strip().splitlines()[-1].startswith(
@@ -309,6 +314,8 @@ def test_async_grpo_trains_on_a_cpu_and_the_server_generates_with_each_new_adapt
     assert len(lines) == steps and all("staleness" in line and "waited s" in line for line in lines), lines
     assert [int(re.search(r"adapter v (\d+)", line)[1]) for line in lines] == list(range(2, steps + 2)), lines
     assert served == [model]  # the run unloaded its adapters: the next run starts clean
+    assert leftover.returncode == 1 and leftover.stderr.strip().splitlines()[-1].endswith(
+        "still holds an earlier run's adapters (trl-policy-v1): restart it"), leftover.stderr[-3000:]
     # the policy the server generates with moved: other text, or the same text at other probabilities
     moved = [text != text_after or max(abs(a - b) for a, b in zip(logprobs, logprobs_after)) > 1e-3
              for (text, logprobs), (text_after, logprobs_after) in zip(before, after)]
@@ -316,18 +323,26 @@ def test_async_grpo_trains_on_a_cpu_and_the_server_generates_with_each_new_adapt
 
 
 def test_async_grpo_names_what_the_server_lacks(vllm_kit, tmp_path):
-    """A server without --enable-lora, and a CPU server that prefills in chunks (vLLM's default; its CPU engine fails
-    TRL's seeded requests once a prefill is split), are each one line before the model loads."""
-    model = str(vllm_kit / "tiny-qwen2")
+    """A server without --enable-lora, one serving another model, a full fine-tune without CUDA, and a CPU server that
+    prefills in chunks (vLLM's default; its CPU engine fails TRL's seeded requests once a prefill is split) are each
+    one line before the model loads."""
+    model, other_model = str(vllm_kit / "tiny-qwen2"), str(vllm_kit / "tiny-qwen2-tools")
     with vllm_serve(model, name=model, env=ASYNC_ENV) as base_url:  # no --enable-lora
         no_lora = async_grpo(vllm_kit, base_url, tmp_path / "run", "--max_steps", "1")
+        other = async_grpo(vllm_kit, base_url, tmp_path / "run", "--max_steps", "1", "--model_name_or_path",
+                           other_model)
+        full = async_grpo(vllm_kit, base_url, tmp_path / "run", "--max_steps", "1", "--use_peft", "false")
     with vllm_serve(model, "--enable-lora", "--max-lora-rank", "16", "--max-loras", "3", "--enable-chunked-prefill",
                     name=model, env=ASYNC_ENV) as base_url:
         chunked = async_grpo(vllm_kit, base_url, tmp_path / "run", "--max_steps", "1", "--max_staleness", "1")
-    for proc in (no_lora, chunked):
-        assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
-    assert no_lora.stderr.strip().splitlines()[-1].startswith("the server was started without LoRA: add --enable-lora")
-    assert chunked.stderr.strip().splitlines()[-1].endswith("restart it with --no-enable-chunked-prefill")
+    last = {}
+    for name, proc in {"no_lora": no_lora, "other": other, "full": full, "chunked": chunked}.items():
+        assert proc.returncode == 1 and "Traceback" not in proc.stderr, (name, proc.stderr[-3000:])
+        last[name] = proc.stderr.strip().splitlines()[-1]
+    assert last["no_lora"].startswith("the server was started without LoRA: add --enable-lora"), last
+    assert f"serves {model}, not {other_model}: serve that model" in last["other"], last
+    assert last["full"].startswith("a full fine-tune syncs weights to vLLM over NCCL, which needs CUDA"), last
+    assert last["chunked"].endswith("restart it with --no-enable-chunked-prefill"), last
 
 
 def test_async_grpo_trains_a_tool_recipe_with_its_tools_readied_in_the_rollout_process(vllm_kit, tmp_path):
