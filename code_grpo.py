@@ -9,24 +9,28 @@ Jupyter or Colab (free T4):              notebooks/code_grpo.ipynb, generated fr
 
 The model answers each problem with a function in a code block; the rubric runs the problem's tests against it. The
 tests never run where the model's code runs: the code runs in one sandbox, the tests in another, and each call the
-tests make crosses between them as plain data (sandbox.FunctionTester), so printing PASSED, exiting early, an object
-that equals everything, patched builtins or a peek at the tests' source earn nothing (tests/test_code_grpo.py).
+tests make crosses between them as plain data (grpo_recipes/function_tester.py), so printing PASSED, exiting early,
+an object that equals everything, patched builtins or a peek at the tests' source earn nothing
+(tests/test_code_grpo.py).
 """
 
 # %%
 import ast
 import builtins
+import functools
 import re
-import sys
 from dataclasses import dataclass
 
 from datasets import Dataset
 from trl import GRPOTrainer, get_peft_config, get_quantization_config
 
-import plumbing
 import rewards
-from plumbing import arg, logger
-from sandbox import FunctionTester, SandboxUnavailable, describe
+from grpo_recipes import data, options, training
+from grpo_recipes.contract import Setup
+from grpo_recipes.function_tester import FunctionTester
+from grpo_recipes.options import arg
+from grpo_recipes.refusal import run_script
+from grpo_recipes.sandbox import ENGINES
 
 # %% [markdown]
 # ## Config
@@ -34,7 +38,7 @@ from sandbox import FunctionTester, SandboxUnavailable, describe
 
 # %%
 # In a notebook on Colab's free T4 (16 GB, no bf16) the `if ON_COLAB` values apply: a 0.5B model, 100 shorter steps.
-ON_COLAB = plumbing.on_colab()
+ON_COLAB = options.on_colab()
 MODEL_NAME = "Qwen/Qwen2.5-Coder-0.5B-Instruct" if ON_COLAB else "Qwen/Qwen2.5-Coder-1.5B-Instruct"
 # MBPP (374 training problems, three assert tests each) trains: short self-contained functions whose tests run in
 # milliseconds, so a group of 8 often mixes passes and failures for a 1.5B coder (GRPO learns only from such groups)
@@ -73,7 +77,8 @@ class ScriptArguments:
     seconds_per_test: float = arg(3.0, "Wall-clock seconds one test may take, the function's calls included.")
     test_workers: int = arg(2, "Tests run this many completions at once (two sandboxes each); a core per worker.")
     test_sandbox: str = arg("bubblewrap", "The sandboxes' engine: bubblewrap (namespaces, a fresh tmpfs per test), "
-                                          "or landlock where user namespaces cannot be had (weaker: docs/sandbox.md).")
+                                          "or landlock where user namespaces cannot be had (weaker: docs/sandbox.md).",
+                            choices=ENGINES)
     unsafe_test_sandbox: bool = arg(False, "Run the model's code even where this machine cannot isolate it: resource "
                                            "limits only. Unsafe.")
 
@@ -98,7 +103,7 @@ SYSTEM_PROMPT = ("You write correct, simple Python. Reply with the complete func
 # %%
 def build_dataset(split: str = "train", dataset_path: str | None = None) -> Dataset:
     """MBPP- or HumanEval-shaped problems as `prompt`s with `tests`, `setup` and `entry_point` columns."""
-    raw = plumbing.load_split(split, dataset_path, *(TRAIN_DATASET if split == "train" else EVAL_DATASET))
+    raw = data.load_split(split, dataset_path, *(TRAIN_DATASET if split == "train" else EVAL_DATASET))
     columns = set(raw.column_names)
     if {"prompt", "test", "entry_point"} <= columns:
         shape = humaneval_problem
@@ -166,7 +171,6 @@ def check_as_tests(test: str, entry_point: str) -> list[str]:
 # a signal, and no form can out-earn a working function. Each docstring says how it could be gamed.
 
 # %%
-TESTER = FunctionTester()  # set up from the flags in main(); started on first use
 CODE_BLOCK = re.compile(r"```[ \t]*(?:python3?|py)?[ \t]*\n(.*?)```", re.DOTALL)
 
 
@@ -176,25 +180,41 @@ def code_of(completion) -> str | None:
     return blocks[-1] if blocks else None
 
 
-_VERDICTS: dict = {}  # (code, entry_point, tests, setup) -> verdicts: both test rewards read one run
+class CodeTests:
+    """The problems' tests run against each completion's function, the two in separate sandboxes (FunctionTester),
+    once per batch for both test rewards, `workers` completions at a time. setup() builds it from the flags; pickled,
+    it keeps its options, and its sandboxes start afresh where it is unpickled (TRL's async trainer scores rewards in
+    a spawned process)."""
+
+    def __init__(self, seconds_per_test: float = 3.0, workers: int = 1, engine: str = "bubblewrap",
+                 unsafe_without_isolation: bool = False):
+        self.tester = FunctionTester(seconds_per_test, workers=workers, engine=engine,
+                                     unsafe_without_isolation=unsafe_without_isolation)
+        self.verdicts = {}  # (code, entry_point, tests, setup) -> verdicts: both test rewards read one run
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "verdicts": {}}
+
+    def start(self) -> None:
+        self.tester.start()  # a machine that cannot isolate the code refuses here, in one line
+
+    def describe(self) -> str:
+        return self.tester.describe()
+
+    def verdicts_of(self, completions, tests, setup, entry_point) -> list[tuple | None]:
+        """Each completion's test verdicts (None: it has no code block), each program run once."""
+        jobs = [(code_of(c), name, tuple(t), s) for c, t, s, name in zip(completions, tests, setup, entry_point,
+                                                                          strict=True)]
+        if len(self.verdicts) > 4096:
+            self.verdicts.clear()
+        todo = list(dict.fromkeys(job for job in jobs if job[0] is not None and job not in self.verdicts))
+        found = self.tester.run_all([(code, name, list(t), s) for code, name, t, s in todo])
+        self.verdicts.update(zip(todo, map(tuple, found), strict=True))
+        return [None if job[0] is None else self.verdicts[job] for job in jobs]
 
 
-def verdicts_of(completions, tests, setup, entry_point) -> list[tuple | None]:
-    """Each completion's test verdicts (None: it has no code block), run once per batch, `--test_workers` at a time."""
-    jobs = [(code_of(c), name, tuple(t), s) for c, t, s, name in zip(completions, tests, setup, entry_point,
-                                                                      strict=True)]
-    if len(_VERDICTS) > 4096:
-        _VERDICTS.clear()
-    todo = list(dict.fromkeys(job for job in jobs if job[0] is not None and job not in _VERDICTS))
-    try:
-        found = TESTER.run_all([(code, name, list(t), s) for code, name, t, s in todo])
-    except SandboxUnavailable as err:  # the machine cannot isolate the code: stop here, in one line
-        sys.exit(str(err))
-    _VERDICTS.update(zip(todo, map(tuple, found), strict=True))
-    return [None if job[0] is None else _VERDICTS[job] for job in jobs]
-
-
-def tests_passed_reward(completions, tests, setup, entry_point, **kwargs) -> list[float | None]:
+def tests_passed_reward(completions, tests, setup, entry_point, code_tests: CodeTests,
+                        **kwargs) -> list[float | None]:
     """The share of the problem's tests that the completion's function passes, in [0, 1]; None for a problem with
     no tests (no opinion, rather than a 0 every completion shares).
 
@@ -207,14 +227,15 @@ def tests_passed_reward(completions, tests, setup, entry_point, **kwargs) -> lis
     shown).
     """
     return [None if not t else 0.0 if found is None else sum(v[0] for v in found) / len(found)
-            for t, found in zip(tests, verdicts_of(completions, tests, setup, entry_point), strict=True)]
+            for t, found in zip(tests, code_tests.verdicts_of(completions, tests, setup, entry_point), strict=True)]
 
 
-def all_tests_passed_reward(completions, tests, setup, entry_point, **kwargs) -> list[float | None]:
+def all_tests_passed_reward(completions, tests, setup, entry_point, code_tests: CodeTests,
+                            **kwargs) -> list[float | None]:
     """1.0 when the function passes every test of the problem, else 0.0 (None without tests): the bonus that makes a
     whole solution worth more than any share of one. Gaming it: as tests_passed_reward, whose run it reads."""
     return [None if not t else float(found is not None and all(v[0] for v in found))
-            for t, found in zip(tests, verdicts_of(completions, tests, setup, entry_point), strict=True)]
+            for t, found in zip(tests, code_tests.verdicts_of(completions, tests, setup, entry_point), strict=True)]
 
 
 def python_function_reward(completions, entry_point, **kwargs) -> list[float]:
@@ -240,26 +261,19 @@ def one_code_block_reward(completions, **kwargs) -> list[float]:
     return rewards.score_each(lambda c: float(len(CODE_BLOCK.findall(rewards.completion_text(c))) == 1), completions)
 
 
-# All tests passed scores 2.0 plus 0.1 of form; a completion that passes none scores at most 0.1.
-REWARD_FUNCS, REWARD_WEIGHTS = rewards.combine({
-    all_tests_passed_reward: 1.0,
-    tests_passed_reward: 1.0,
-    python_function_reward: 0.05,
-    one_code_block_reward: 0.05,
-})
-
-
-def setup_rubric(script_args: ScriptArguments) -> FunctionTester:
-    """Ready the test sandboxes from the recipe's flags (a machine that cannot isolate the code stops here, in one
-    line, before any model is loaded); evaluate.py calls it too."""
-    global TESTER
-    TESTER = FunctionTester(script_args.seconds_per_test, workers=script_args.test_workers,
-                            engine=script_args.test_sandbox, unsafe_without_isolation=script_args.unsafe_test_sandbox)
-    try:
-        logger.info(describe(TESTER.start()))
-    except (SandboxUnavailable, ValueError) as err:  # ValueError: an unknown engine
-        sys.exit(str(err))
-    return TESTER
+def setup(script_args: ScriptArguments) -> Setup:
+    """The rubric, its test rewards bound to the test sandboxes the flags ask for. They start in training.prepare
+    (Setup.start): a machine that cannot isolate the code is one line, before any model loads."""
+    code_tests = CodeTests(script_args.seconds_per_test, workers=script_args.test_workers,
+                           engine=script_args.test_sandbox, unsafe_without_isolation=script_args.unsafe_test_sandbox)
+    # All tests passed scores 2.0 plus 0.1 of form; a completion that passes none scores at most 0.1.
+    reward_funcs, reward_weights = rewards.combine({
+        functools.partial(all_tests_passed_reward, code_tests=code_tests): 1.0,
+        functools.partial(tests_passed_reward, code_tests=code_tests): 1.0,
+        python_function_reward: 0.05,
+        one_code_block_reward: 0.05,
+    })
+    return Setup(reward_funcs, reward_weights, services=[code_tests])
 
 
 # %% [markdown]
@@ -268,15 +282,14 @@ def setup_rubric(script_args: ScriptArguments) -> FunctionTester:
 
 # %%
 def main(argv: list[str] | None = None) -> GRPOTrainer:
-    script_args, training_args, model_args = plumbing.parse_args(ScriptArguments, RECIPE_DEFAULTS, argv,
-                                                                 reward_weights=REWARD_WEIGHTS)
-    tokenizer = plumbing.prepare(training_args, model_args, REWARD_FUNCS)
-    setup_rubric(script_args)
-    train_dataset, eval_dataset = plumbing.load_splits(build_dataset, training_args, script_args.dataset_path,
-                                                       script_args.num_eval_examples)
+    script_args, training_args, model_args = options.parse_args(ScriptArguments, RECIPE_DEFAULTS, argv)
+    task = setup(script_args)  # the rubric, its test sandboxes from the flags
+    tokenizer = training.prepare(training_args, model_args, task)  # one-line checks, then the test sandboxes start
+    train_dataset, eval_dataset = data.load_splits(build_dataset, training_args, script_args.dataset_path,
+                                                   script_args.num_eval_examples)
     trainer = GRPOTrainer(
         model=model_args.model_name_or_path,
-        reward_funcs=REWARD_FUNCS,
+        reward_funcs=task.reward_funcs,
         args=training_args,
         train_dataset=train_dataset,
         eval_dataset=eval_dataset,
@@ -284,7 +297,7 @@ def main(argv: list[str] | None = None) -> GRPOTrainer:
         peft_config=get_peft_config(model_args),  # LoRA with --use_peft (the default here), else None
         quantization_config=get_quantization_config(model_args),
     )
-    return plumbing.run(trainer)
+    return training.run(trainer)
 
 
 # %% [markdown]
@@ -296,16 +309,18 @@ def main(argv: list[str] | None = None) -> GRPOTrainer:
 # NOTEBOOK_ARGS = []  # command-line flags, e.g. ["--max_steps", "50"] or ["--config", "offline/code_grpo.yaml"]
 
 # %% tags=["active-ipynb"]
+# from grpo_recipes import notebook
+#
 # trainer = main(NOTEBOOK_ARGS)
-# plumbing.show_training(trainer.args.output_dir, trainer)
+# notebook.show_training(trainer.args.output_dir, trainer)
 
 # %% [markdown]
 # ## Try it
 # The trained model on a few held-out problems, through the same generation and rubric as training.
 
 # %% tags=["active-ipynb"]
-# plumbing.try_model(trainer, n=3)
+# notebook.try_model(trainer, n=3)
 
 # %% tags=["active-py"]
 if __name__ == "__main__":
-    main()
+    run_script(main)

@@ -5,11 +5,11 @@
 
 The server can be a hosted API, `vllm serve <model>`, or `transformers serve <model>`, including a checkpoint you just
 trained (the before/after loop). The recipe module (`gsm8k_grpo`, `tool_use_grpo`, `search_agent_grpo`, `code_grpo`
-or your fork) supplies everything through the contract in harness.py: `build_dataset`, `SYSTEM_PROMPT` (inside its
-prompts), `TOOLS` and `setup_tools`, `setup_rubric`, `REWARD_FUNCS`, `REWARD_WEIGHTS`; the recipe's own flags (its
-ScriptArguments: `--dataset_path`, `--corpus_path`, `--tool_timeout`, ...) are accepted here too. Tool calls go through the OpenAI tools API with the
-schemas TRL builds from the same functions, and run locally in the recipe's own tools (the sandbox, the search index),
-up to the recipe's `max_tool_calling_iterations`.
+or your fork) supplies everything through the contract in grpo_recipes/contract.py: `build_dataset`, `SYSTEM_PROMPT`
+(inside its prompts), and `setup(script_args)`: the rubric, and a tool recipe's environment. The recipe's own flags
+(its ScriptArguments: `--dataset_path`, `--corpus_path`, `--tool_timeout`, ...) are accepted here too. Tool calls go
+through the OpenAI tools API with the schemas TRL builds from the same methods, and run locally in one environment per
+rollout, as in training (the sandbox, the search index), up to the recipe's `max_tool_calling_iterations`.
 
 Prints each reward's mean/std and the weighted total, strict accuracy (the recipe's first reward at full marks: right
 AND in the recipe's format) beside lenient accuracy (the gold answer anywhere in the final message) so format
@@ -33,9 +33,10 @@ from tqdm import tqdm
 from transformers import HfArgumentParser
 from transformers.utils import get_json_schema
 
-import harness
-import plumbing
 import rewards
+from grpo_recipes import contract
+from grpo_recipes.logs import quiet_bars_when_redirected, quiet_noise
+from grpo_recipes.refusal import Refusal, run_script
 
 
 def parse_args(argv=None) -> tuple[argparse.Namespace, list[str]]:
@@ -71,12 +72,12 @@ def check_options(args: argparse.Namespace) -> None:
     for name, least in AT_LEAST.items():
         value = getattr(args, name)
         if value is not None and not value >= least:  # NaN fails too
-            sys.exit(f"--{name} {value:g}: must be at least {least}")
+            raise Refusal(f"--{name} {value:g}: must be at least {least}")
     if not args.timeout > 0:
-        sys.exit(f"--timeout {args.timeout:g}: must be a positive number of seconds per request")
+        raise Refusal(f"--timeout {args.timeout:g}: must be a positive number of seconds per request")
     if not re.match(r"https?://", args.base_url):
         example = "http://" + args.base_url.rstrip("/") + ("" if args.base_url.rstrip("/").endswith("/v1") else "/v1")
-        sys.exit(f"--base_url {args.base_url}: needs its scheme, http:// or https:// (e.g. {example})")
+        raise Refusal(f"--base_url {args.base_url}: needs its scheme, http:// or https:// (e.g. {example})")
 
 
 def recipe_arguments(recipe, argv: list[str]):
@@ -85,7 +86,8 @@ def recipe_arguments(recipe, argv: list[str]):
     script_args, unknown = parser.parse_args_into_dataclasses(argv, return_remaining_strings=True)
     if unknown:
         known = ", ".join(f"--{f.name}" for f in dataclasses.fields(recipe.ScriptArguments))
-        sys.exit(f"unknown option(s) {' '.join(unknown)}: not evaluate.py's (--help) nor {recipe.__name__}'s ({known})")
+        raise Refusal(f"unknown option(s) {' '.join(unknown)}: not evaluate.py's (--help) nor {recipe.__name__}'s "
+                      f"({known})")
     return script_args
 
 
@@ -98,9 +100,13 @@ def run_tool(tools: dict, call) -> str:
         return f"Error: {type(err).__name__}: {err}"
 
 
-def rollout(client, args, tool_list: list, example: dict, max_turns: int) -> dict:
-    """One conversation: the model's turns and, for tool recipes, the tools' results, until it stops calling them."""
-    tools = {f.__name__: f for f in tool_list}
+def rollout(client, args, environment_factory, example: dict, max_turns: int) -> dict:
+    """One conversation: the model's turns and, for tool recipes, the results of its environment's tools (one
+    environment per rollout, reset with the example's row first, as TRL's loop does), until it stops calling them."""
+    environment = environment_factory() if environment_factory is not None else None
+    if environment is not None:
+        environment.reset(**example)
+    tools = {f.__name__: f for f in contract.environment_tools(environment)} if environment is not None else {}
     schemas = [get_json_schema(f) for f in tools.values()] or None
     messages, completion, usage = list(example["prompt"]), [], {"prompt_tokens": 0, "completion_tokens": 0}
     sent = []  # the conversation as the API takes it back: a tool call's arguments as the JSON string it returned
@@ -178,19 +184,20 @@ def _json_or_text(arguments: str):
         return arguments
 
 
-def score(recipe, rows: list[dict], examples: list[dict]) -> None:
-    """Add each reward, the weighted total, strict and lenient correctness to every rollout row."""
+def score(task: contract.Setup, rows: list[dict], examples: list[dict]) -> None:
+    """Add each reward of the task's rubric, the weighted total, strict and lenient correctness to every rollout
+    row."""
     columns = {key: [ex[key] for ex in examples] for key in examples[0] if key != "prompt"}
     completions = [row["completion"] for row in rows]
     kwargs = {**columns, "prompts": [row["prompt"] for row in rows],
               "completion_ids": [[0] * row["usage"]["completion_tokens"] for row in rows]}
-    for func in recipe.REWARD_FUNCS:
+    for func in task.reward_funcs:
         for row, value in zip(rows, func(completions=completions, **kwargs), strict=True):
             row.setdefault("scores", {})[rewards.reward_name(func)] = value
-    first = rewards.reward_name(recipe.REWARD_FUNCS[0])
+    first = rewards.reward_name(task.reward_funcs[0])
     for row, example in zip(rows, examples, strict=True):
         row["total"] = sum(w * (row["scores"][rewards.reward_name(f)] or 0.0)
-                           for f, w in zip(recipe.REWARD_FUNCS, recipe.REWARD_WEIGHTS, strict=True))
+                           for f, w in zip(task.reward_funcs, task.reward_weights, strict=True))
         row["strict"] = (row["scores"][first] or 0.0) >= 1.0
         row["lenient"] = rewards.answer_anywhere(rewards.completion_text(row["completion"]), example.get("answer"))
 
@@ -202,12 +209,12 @@ def pass_at_k(n: int, correct: int, k: int) -> float:
     return 0.0 if correct == 0 else 1.0 if n - correct < k else 1.0 - math.comb(n - correct, k) / math.comb(n, k)
 
 
-def summarize(recipe, rows: list[dict], rollouts: int) -> str:
+def summarize(task: contract.Setup, rows: list[dict], rollouts: int) -> str:
     """Reward means over the rollouts that got an answer; accuracy and pass@k over every attempted rollout, a failed
     request counting as a wrong answer (leaving it out would raise both)."""
     ok = [row for row in rows if row["error"] is None]
     lines = [f"{len(rows)} rollouts, {len(rows) - len(ok)} failed on API errors (counted as wrong below)"]
-    for func, weight in zip(recipe.REWARD_FUNCS, recipe.REWARD_WEIGHTS, strict=True):
+    for func, weight in zip(task.reward_funcs, task.reward_weights, strict=True):
         values = [row["scores"][rewards.reward_name(func)] for row in ok]
         values = [v for v in values if v is not None]
         spread = statistics.pstdev(values) if values else float("nan")
@@ -251,68 +258,79 @@ def probe(client, args, example: dict) -> None:
     try:
         chat(client.with_options(max_retries=0), model=args.model, messages=list(example["prompt"]), max_tokens=1)
     except APIConnectionError:
-        sys.exit(f"cannot reach {args.base_url}: start a server (e.g. `transformers serve {args.model}` or "
-                 f"`vllm serve {args.model}`) or fix --base_url.")
+        raise Refusal(f"cannot reach {args.base_url}: start a server (e.g. `transformers serve {args.model}` or "
+                      f"`vllm serve {args.model}`) or fix --base_url.") from None
     except APIStatusError as err:
-        # A client error ends here. Rate limits wait in the rollouts' retries; a server error may be one response's
-        # (transformers serve answers 500 to a tool call it cannot parse): if every rollout fails, main says so.
-        if 400 <= err.status_code < 500 and err.status_code != 429:
-            sys.exit(api_error(err, args.base_url))
+        # A wrong path or key ends here. Any other error may be the probe's own (transformers serve 5.25 answers 400
+        # to a 1-token tool call it cannot parse; 500 before it) or one response's, and rate limits wait in the
+        # rollouts' retries: if every rollout fails, main says so.
+        if err.status_code in (401, 403, 404):
+            raise Refusal(api_error(err, args.base_url)) from None
     except NotACompletion as err:
-        sys.exit(api_error(err, args.base_url))
+        raise Refusal(api_error(err, args.base_url)) from None
 
 
-def main(argv=None) -> list[dict]:
-    args, rest = parse_args(argv)
-    check_options(args)
-    plumbing.quiet_noise()
-    plumbing.quiet_bars_when_redirected()
-    out = Path(args.out)
-    if out.is_file() and out.stat().st_size and not args.overwrite_out:  # rollouts that were paid for
-        sys.exit(f"--out {out} already holds {len(out.read_text().splitlines())} rollouts: pass another --out (e.g. "
-                 f"{out.with_stem(out.stem + '-2')}) to keep both, or --overwrite_out to replace it")
-    try:  # before any rollout: an unwritable --out would lose them all at the end
+def check_out(out: Path, overwrite: bool) -> None:
+    """Before any rollout: --out never replaces rollouts that were paid for (unless --overwrite_out), and is writable
+    (an unwritable one would lose them all at the end)."""
+    if out.is_file() and out.stat().st_size and not overwrite:
+        raise Refusal(f"--out {out} already holds {len(out.read_text().splitlines())} rollouts: pass another --out "
+                      f"(e.g. {out.with_stem(out.stem + '-2')}) to keep both, or --overwrite_out to replace it")
+    try:
         existed = out.exists()
         open(out, "a").close()
         if not existed:
             out.unlink()
     except OSError as err:
-        sys.exit(f"--out {out}: cannot write there ({err.strerror})")
-    recipe = harness.load_recipe(args.recipe)
-    script_args = recipe_arguments(recipe, rest)
-    # Ready the tools here (the sandbox refuses in one line, rather than as an error string in every rollout).
-    tools = recipe.setup_tools(script_args) if harness.tools_of(recipe) else []
-    harness.setup_rubric(recipe, script_args)  # code_grpo: the test sandboxes, from its flags
+        raise Refusal(f"--out {out}: cannot write there ({err.strerror})") from None
+
+
+def connect(args) -> OpenAI:
+    """A client of the server at --base_url, once something answers there."""
     api_key = args.api_key or os.environ.get("OPENAI_API_KEY") or "none"  # local servers take any key
     client = OpenAI(base_url=args.base_url, api_key=api_key, timeout=args.timeout, max_retries=3)
     try:  # any HTTP answer means a server is there (transformers 5.17's serve fails /v1/models without a Hub cache)
         client.with_options(max_retries=0).models.list()
-    except APIStatusError:
-        pass
     except APIConnectionError:
-        sys.exit(f"cannot reach {args.base_url}: start a server (e.g. `transformers serve {args.model}` or "
-                 f"`vllm serve {args.model}`) or fix --base_url.")
-    except (json.JSONDecodeError, APIResponseValidationError):
-        pass  # the chat probe below says what the server answers
+        raise Refusal(f"cannot reach {args.base_url}: start a server (e.g. `transformers serve {args.model}` or "
+                      f"`vllm serve {args.model}`) or fix --base_url.") from None
+    except (APIStatusError, json.JSONDecodeError, APIResponseValidationError):
+        pass  # the chat probe says what the server answers
+    return client
+
+
+def main(argv=None) -> list[dict]:
+    args, rest = parse_args(argv)
+    check_options(args)
+    quiet_noise()
+    quiet_bars_when_redirected()
+    check_out(Path(args.out), args.overwrite_out)
+    recipe = contract.load_recipe(args.recipe)
+    script_args = recipe_arguments(recipe, rest)
+    task = contract.checked_setup(recipe, script_args)
+    task.start()  # the sandbox or index: a machine that cannot run them is one line, not an error in every rollout
+    client = connect(args)
     dataset = recipe.build_dataset(args.split, script_args.dataset_path)
     examples = [dataset[i] for i in range(min(args.num_examples, len(dataset)))]
     if not examples:
-        sys.exit(f"no examples to evaluate: the {args.split} split is empty")
+        raise Refusal(f"no examples to evaluate: the {args.split} split is empty")
     probe(client, args, examples[0])
     max_turns = args.max_turns
     if max_turns is None:  # the recipe's own bound on tool-calling rounds; none without tools
+        tools = task.environment_factory is not None
         max_turns = recipe.RECIPE_DEFAULTS.get("max_tool_calling_iterations", 0) if tools else 0
     jobs = [(i, r) for i in range(len(examples)) for r in range(args.rollouts)]
     with ThreadPoolExecutor(args.concurrency) as pool:
-        futures = [pool.submit(rollout, client, args, tools, examples[i], max_turns) for i, _ in jobs]
+        futures = [pool.submit(rollout, client, args, task.environment_factory, examples[i], max_turns)
+                   for i, _ in jobs]
         rows = [f.result() for f in tqdm(futures, desc=f"{args.recipe} rollouts", unit="rollout", disable=None)]
     failed = [row["error"] for row in rows if row["error"] is not None]
     if len(failed) == len(rows):  # nothing to score or keep: --out stays as it was
-        sys.exit(f"all {len(rows)} requests failed, none written to --out; the first: {failed[0]}")
+        raise Refusal(f"all {len(rows)} requests failed, none written to --out; the first: {failed[0]}")
     for row, (i, r) in zip(rows, jobs, strict=True):
         row.update(example=i, rollout=r, answer=examples[i].get("answer"))
-    score(recipe, rows, [examples[i] for i, _ in jobs])
-    print(summarize(recipe, rows, args.rollouts))
+    score(task, rows, [examples[i] for i, _ in jobs])
+    print(summarize(task, rows, args.rollouts))
     for row in rows[: args.show]:
         print(show(row))
     with open(args.out, "w") as f:
@@ -324,4 +342,4 @@ def main(argv=None) -> list[dict]:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

@@ -15,9 +15,11 @@ from functools import lru_cache
 from datasets import Dataset
 from trl import GRPOTrainer, get_peft_config, get_quantization_config
 
-import plumbing
 import rewards
-from plumbing import arg
+from grpo_recipes import data, options, training
+from grpo_recipes.contract import Setup
+from grpo_recipes.options import arg
+from grpo_recipes.refusal import run_script
 
 # %% [markdown]
 # ## Config
@@ -27,7 +29,7 @@ from plumbing import arg
 
 # %%
 # In a notebook on Colab's free T4 (16 GB, no bf16) the `if ON_COLAB` values apply: a 0.5B model, 100 shorter steps.
-ON_COLAB = plumbing.on_colab()
+ON_COLAB = options.on_colab()
 MODEL_NAME = "Qwen/Qwen2.5-0.5B-Instruct" if ON_COLAB else "Qwen/Qwen2.5-1.5B-Instruct"
 DATASET = ("openai/gsm8k", "main")  # the Hub dataset and its config; --dataset_path reads local files instead
 
@@ -85,7 +87,7 @@ SYSTEM_PROMPT = """Respond in the following format:
 # %%
 def build_dataset(split: str = "train", dataset_path: str | None = None) -> Dataset:
     """GSM8K as conversational `prompt`s (system + question) and numeric `answer`s (the text after '####')."""
-    raw = plumbing.load_split(split, dataset_path, *DATASET)
+    raw = data.load_split(split, dataset_path, *DATASET)
     if missing := {"question", "answer"} - set(raw.column_names):
         raise ValueError(f"{dataset_path or DATASET[0]} ({split}) lacks column(s) {sorted(missing)}: it has "
                          f"{raw.column_names}; rename them to `question` and `answer` ('<solution> #### <number>').")
@@ -182,22 +184,27 @@ REWARD_FUNCS, REWARD_WEIGHTS = rewards.combine({
 })
 
 
+def setup(script_args: ScriptArguments) -> Setup:
+    """What this run is scored with: the rubric above (plain functions, nothing to start), no tools."""
+    return Setup(REWARD_FUNCS, REWARD_WEIGHTS)
+
+
 # %% [markdown]
 # ## Trainer
 # Pre-flight checks that fail in one line before any model is loaded, then TRL's `GRPOTrainer`: generation (vLLM on a
-# GPU when installed), the rubric, the GRPO loss, logging and checkpoints. `plumbing.run` trains it with compact logs
+# GPU when installed), the rubric, the GRPO loss, logging and checkpoints. `training.run` trains it with compact logs
 # (Ctrl-C prints the command that resumes), saves the model and plots the rewards.
 
 # %%
 def main(argv: list[str] | None = None) -> GRPOTrainer:
-    script_args, training_args, model_args = plumbing.parse_args(ScriptArguments, RECIPE_DEFAULTS, argv,
-                                                                 reward_weights=REWARD_WEIGHTS)
-    tokenizer = plumbing.prepare(training_args, model_args, REWARD_FUNCS)
-    train_dataset, eval_dataset = plumbing.load_splits(build_dataset, training_args, script_args.dataset_path,
-                                                       script_args.num_eval_examples)
+    script_args, training_args, model_args = options.parse_args(ScriptArguments, RECIPE_DEFAULTS, argv)
+    task = setup(script_args)  # the rubric this run trains with
+    tokenizer = training.prepare(training_args, model_args, task)  # one-line checks before anything loads
+    train_dataset, eval_dataset = data.load_splits(build_dataset, training_args, script_args.dataset_path,
+                                                   script_args.num_eval_examples)
     trainer = GRPOTrainer(
         model=model_args.model_name_or_path,  # loaded with training_args.model_init_kwargs (dtype, ...)
-        reward_funcs=REWARD_FUNCS,
+        reward_funcs=task.reward_funcs,
         args=training_args,
         train_dataset=train_dataset,
         eval_dataset=eval_dataset,
@@ -205,7 +212,7 @@ def main(argv: list[str] | None = None) -> GRPOTrainer:
         peft_config=get_peft_config(model_args),  # LoRA with --use_peft (the default here), else None
         quantization_config=get_quantization_config(model_args),  # --load_in_4bit / --load_in_8bit
     )
-    return plumbing.run(trainer)
+    return training.run(trainer)
 
 
 # %% [markdown]
@@ -218,16 +225,18 @@ def main(argv: list[str] | None = None) -> GRPOTrainer:
 # NOTEBOOK_ARGS = []  # command-line flags, e.g. ["--max_steps", "50"] or ["--config", "offline/gsm8k_grpo.yaml"]
 
 # %% tags=["active-ipynb"]
+# from grpo_recipes import notebook
+#
 # trainer = main(NOTEBOOK_ARGS)
-# plumbing.show_training(trainer.args.output_dir, trainer)
+# notebook.show_training(trainer.args.output_dir, trainer)
 
 # %% [markdown]
 # ## Try it
 # The trained model on a few held-out problems, through the same generation and rubric as training.
 
 # %% tags=["active-ipynb"]
-# plumbing.try_model(trainer, n=3)
+# notebook.try_model(trainer, n=3)
 
 # %% tags=["active-py"]
 if __name__ == "__main__":
-    main()
+    run_script(main)

@@ -28,9 +28,10 @@ import json
 import math
 import shutil
 import statistics
-import sys
 import tempfile
 from pathlib import Path
+
+from grpo_recipes.refusal import Refusal, run_script
 
 METHODS = ("linear", "task_arithmetic", "ties", "dare_ties", "dare_linear")
 SPARSE = ("ties", "dare_ties", "dare_linear")  # the methods that read --density
@@ -53,8 +54,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--density", type=float, default=0.5, help="ties/dare: the share of each task vector kept")
     parser.add_argument("--seed", type=int, default=0, help="dare: the random drop")
     parser.add_argument("--overwrite_output_dir", action="store_true", help="replace an earlier merge there")
-    parser.error = lambda message: sys.exit(f"{message} (--help lists every option)")
+    parser.error = refuse_usage
     return parser.parse_args(argv)
+
+
+def refuse_usage(message: str):
+    """argparse's usage error as one line (its default prints the usage and exits)."""
+    raise Refusal(f"{message} (--help lists every option)")
 
 
 # ----------------------------------------------------------------------------------------------------------- inputs
@@ -62,17 +68,17 @@ def describe(path: str) -> dict:
     """What a folder holds: a full model, or a LoRA adapter and the base it was trained on."""
     folder = Path(path)
     if not folder.is_dir():
-        sys.exit(f"{path}: no such folder")
+        raise Refusal(f"{path}: no such folder")
     if (folder / "adapter_config.json").exists():
         base = json.loads((folder / "adapter_config.json").read_text()).get("base_model_name_or_path")
         if not base:
-            sys.exit(f"{path}: a LoRA adapter that does not name its base (base_model_name_or_path); set it in "
-                     "adapter_config.json")
+            raise Refusal(f"{path}: a LoRA adapter that does not name its base (base_model_name_or_path); set it in "
+                          "adapter_config.json")
         return {"path": str(folder), "lora": True, "base": base}
     if (folder / "config.json").exists() and any(folder.glob("*.safetensors")):
         return {"path": str(folder), "lora": False, "base": None}
-    sys.exit(f"{path}: neither a model (config.json and *.safetensors) nor a LoRA adapter (adapter_config.json); "
-             "pass the folder a recipe saved with --output_dir")
+    raise Refusal(f"{path}: neither a model (config.json and *.safetensors) nor a LoRA adapter (adapter_config.json); "
+                  "pass the folder a recipe saved with --output_dir")
 
 
 def same_model(a: str, b: str) -> bool:
@@ -94,8 +100,8 @@ def check_architectures(models: list[dict], base: str | None) -> None:
     for path, config in named[1:]:
         differ = [f"{key} {config[key]} vs {reference[key]}" for key in SHAPE_KEYS if config[key] != reference[key]]
         if differ:
-            sys.exit(f"{path}: its architecture differs from {first}'s ({', '.join(differ)}); merge models fine-tuned "
-                     "from one base")
+            raise Refusal(f"{path}: its architecture differs from {first}'s ({', '.join(differ)}); merge models "
+                          "fine-tuned from one base")
 
 
 def tokenizer_folder(model: dict) -> str:
@@ -112,8 +118,8 @@ def check_tokenizers(models: list[dict]) -> None:
     for path, vocabulary in vocabularies[1:]:
         if vocabulary != reference:
             moved = len(set(vocabulary.items()) ^ set(reference.items())) // 2
-            sys.exit(f"{path}: its tokenizer differs from {first}'s ({len(vocabulary)} and {len(reference)} tokens, "
-                     f"{moved} differ); merge models that share one tokenizer")
+            raise Refusal(f"{path}: its tokenizer differs from {first}'s ({len(vocabulary)} and {len(reference)} "
+                          f"tokens, {moved} differ); merge models that share one tokenizer")
 
 
 def weight_matrices(path: str) -> dict:
@@ -143,57 +149,61 @@ def check_shared_base(full_paths: list[str], base: str | None) -> None:
             continue
         distance = median_relative_distance(weight_matrices(path), reference_weights)
         if distance > UNRELATED:
-            sys.exit(f"{path} does not look fine-tuned from the same base as {reference}: its weight matrices are "
-                     f"{distance:.2f} of their norm away (fine-tunes stay below {UNRELATED}; unrelated models sit near "
-                     "1.41); merge models trained from one start")
+            raise Refusal(f"{path} does not look fine-tuned from the same base as {reference}: its weight matrices are "
+                          f"{distance:.2f} of their norm away (fine-tunes stay below {UNRELATED}; unrelated models sit "
+                          "near 1.41); merge models trained from one start")
 
 
 def resolve_base(models: list[dict], base: str | None, method: str) -> str | None:
     adapter_bases = {m["base"] for m in models if m["lora"]}
     if len(adapter_bases) > 1 and not all(same_model(b, next(iter(adapter_bases))) for b in adapter_bases):
-        sys.exit(f"the LoRA adapters were trained on different bases ({', '.join(sorted(adapter_bases))}); merge "
-                 "adapters of one base")
+        raise Refusal(f"the LoRA adapters were trained on different bases ({', '.join(sorted(adapter_bases))}); merge "
+                      "adapters of one base")
     if base is not None:
         if not Path(base).is_dir() and "/" not in base:
-            sys.exit(f"--base {base}: no such folder")
+            raise Refusal(f"--base {base}: no such folder")
         for m in models:
             if m["lora"] and not same_model(m["base"], base):
-                sys.exit(f"{m['path']} is a LoRA adapter on {m['base']}, not on --base {base}: pass --base "
-                         f"{m['base']}, or merge models of one base")
+                raise Refusal(f"{m['path']} is a LoRA adapter on {m['base']}, not on --base {base}: pass --base "
+                              f"{m['base']}, or merge models of one base")
         return base
     if adapter_bases:
         return next(iter(adapter_bases))
     if method != "linear":
-        sys.exit(f"--method {method} adds task vectors (model - base): pass --base, the checkpoint the models were "
-                 "fine-tuned from (for example the SFT start)")
+        raise Refusal(f"--method {method} adds task vectors (model - base): pass --base, the checkpoint the models "
+                      "were fine-tuned from (for example the SFT start)")
     return None
 
 
 def check_arguments(args) -> list[float]:
     one_adapter = len(args.models) == 1 and (Path(args.models[0]) / "adapter_config.json").is_file()
     if len(args.models) < 2 and not one_adapter:
-        sys.exit(f"merging needs two or more models, or one LoRA adapter (merged into its base), got "
-                 f"{len(args.models)} model(s)")
+        raise Refusal(f"merging needs two or more models, or one LoRA adapter (merged into its base), got "
+                      f"{len(args.models)} model(s)")
     for i, path in enumerate(args.models):
         if any(same_model(path, earlier) for earlier in args.models[:i]):
-            sys.exit(f"{path} is given twice: give each model once, and its share with --weights")
+            raise Refusal(f"{path} is given twice: give each model once, and its share with --weights")
     weights = args.weights or [1.0 / len(args.models) if args.method == "linear" else 1.0] * len(args.models)
     if len(weights) != len(args.models):
-        sys.exit(f"--weights has {len(weights)} values for {len(args.models)} models: give one per model")
+        raise Refusal(f"--weights has {len(weights)} values for {len(args.models)} models: give one per model")
     if not all(math.isfinite(w) for w in weights) or (args.method == "linear" and abs(sum(weights)) < 1e-12):
-        sys.exit(f"--weights {' '.join(map(str, weights))}: give finite weights (linear: not summing to 0)")
+        raise Refusal(f"--weights {' '.join(map(str, weights))}: give finite weights (linear: not summing to 0)")
     if args.method in SPARSE and not 0 < args.density <= 1:
-        sys.exit(f"--density {args.density}: the share of each task vector kept, in (0, 1]")
-    output = Path(args.output_dir)
-    if any(same_model(path, str(output)) for path in [*args.models, *filter(None, [args.base])]):
-        sys.exit(f"--output_dir {output} is one of the inputs: write the merge to a new folder")
-    if output.exists() and any(output.iterdir()):
-        if not args.overwrite_output_dir:
-            sys.exit(f"--output_dir {output} is not empty: pass --overwrite_output_dir to replace it, or another "
-                     "folder")
-        if not (output / "mergekit_config.yml").exists():  # replace an earlier merge, never anything else
-            sys.exit(f"--output_dir {output} holds something other than a merge: write the merge to a new folder")
+        raise Refusal(f"--density {args.density}: the share of each task vector kept, in (0, 1]")
+    check_output(Path(args.output_dir), [*args.models, *filter(None, [args.base])], args.overwrite_output_dir)
     return weights
+
+
+def check_output(output: Path, inputs: list[str], overwrite: bool) -> None:
+    """The merge goes to a new folder, or replaces an earlier merge when asked: never an input or anything else."""
+    if any(same_model(path, str(output)) for path in inputs):
+        raise Refusal(f"--output_dir {output} is one of the inputs: write the merge to a new folder")
+    if output.exists() and any(output.iterdir()):
+        if not overwrite:
+            raise Refusal(f"--output_dir {output} is not empty: pass --overwrite_output_dir to replace it, or another "
+                          "folder")
+        if not (output / "mergekit_config.yml").exists():  # replace an earlier merge, never anything else
+            raise Refusal(f"--output_dir {output} holds something other than a merge: write the merge to a new folder")
 
 
 # ------------------------------------------------------------------------------------------------------------ merge
@@ -229,12 +239,13 @@ def merge(models: list[str], output_dir: str, method: str = "linear", weights: l
         from mergekit.merge import run_merge
         from mergekit.options import MergeOptions
     except ImportError:
-        sys.exit("merge_models.py needs mergekit: `pip install 'mergekit>=0.1.5,<0.2'`")
+        raise Refusal("merge_models.py needs mergekit: `pip install 'mergekit>=0.1.5,<0.2'`") from None
     from transformers import AutoTokenizer, GenerationConfig
 
     parameters = lambda w: {"weight": w, **({"density": density} if method in SPARSE else {})}  # noqa: E731
     config = {"merge_method": method, "dtype": "float32", "out_dtype": saved_dtype(described[0]),
-              "models": [{"model": reference(m), "parameters": parameters(w)} for m, w in zip(described, weights)]}
+              "models": [{"model": reference(m), "parameters": parameters(w)}
+                         for m, w in zip(described, weights, strict=True)]}
     if method != "linear":
         config["base_model"] = {"model": {"path": base}}
     output = Path(output_dir)
@@ -262,4 +273,4 @@ def main(argv=None) -> Path:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

@@ -168,8 +168,9 @@ def write_toy_search(out_dir: str | Path, n_people: int = 64, n_test: int = 16, 
     return out_dir
 
 
-def search_conversations(questions_file: str | Path, index, system_prompt: str) -> list[dict]:
-    """Two-hop questions solved with two real searches (the person, then the city their passage names)."""
+def search_conversations(questions_file: str | Path, tools, system_prompt: str) -> list[dict]:
+    """Two-hop questions solved with two real searches (the person, then the city their passage names), through the
+    search recipe's tools."""
     conversations = []
     for line in Path(questions_file).read_text().splitlines():
         question = json.loads(line)
@@ -178,7 +179,7 @@ def search_conversations(questions_file: str | Path, index, system_prompt: str) 
         for query in (person, city):
             call = {"type": "function", "function": {"name": "search", "arguments": {"query": query}}}
             messages += [{"role": "assistant", "content": "", "tool_calls": [call]},
-                         {"role": "tool", "name": "search", "content": index.search(query)}]
+                         {"role": "tool", "name": "search", "content": tools.search(query)}]
         messages.append({"role": "assistant", "content": f"<answer>{question['answer']}</answer>"})
         conversations.append({"messages": messages})
     return conversations
@@ -267,7 +268,7 @@ def warm_start(model_dir: str | Path, out_dir: str | Path, conversations: list[d
     from transformers.utils import get_json_schema
     from trl import SFTConfig, SFTTrainer
 
-    from plumbing import redirected
+    from grpo_recipes.logs import redirected
 
     schemas = json.dumps([get_json_schema(tool) for tool in tools])
     dataset = Dataset.from_list([{**c, "tools": schemas} for c in conversations])
@@ -279,47 +280,6 @@ def warm_start(model_dir: str | Path, out_dir: str | Path, conversations: list[d
                          processing_class=AutoTokenizer.from_pretrained(model_dir))
     trainer.train()
     trainer.save_model(str(out_dir))
-    return Path(out_dir)
-
-
-def teach_copying(model_dir: str | Path, out_dir: str | Path, words: list[str], steps: int = 500,
-                  seed: int = 0) -> Path:
-    """Pre-train the tiny model to copy from its context, as any pretrained language model can (induction heads).
-
-    Each example lists items between filler words and asks for them back: "347 apples Biru crates 28 ... copy:" →
-    " 347 Biru 28", where an item is a number or a capitalised word (a name) and the fillers are lower-case words.
-    A random tiny model cannot copy, and SFT alone does not teach it in minutes: on the agent demo's tool task, 800
-    SFT steps left every digit of the tool call and of the answer at chance (loss 0.5), while after this stage 150
-    SFT steps brought the loss to 0.07. The items are random, so nothing about a task is learned here.
-    """
-    from datasets import Dataset
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-    from trl import SFTConfig, SFTTrainer
-
-    rng = random.Random(seed)
-    names, fillers = [w for w in words if w[:1].isupper()], [w for w in words if w.islower()]
-
-    def item() -> str:
-        if names and rng.random() < 0.5:
-            return rng.choice(names)
-        return str(rng.randint(0, 10 ** rng.randint(1, 5) - 1))
-
-    rows = []
-    for _ in range(32 * steps):
-        items = [item() for _ in range(rng.randint(1, 4))]
-        listed = " ".join(f"{x} {rng.choice(fillers)}" for x in items)
-        filler = " ".join(rng.choice(fillers) for _ in range(rng.randint(0, 30)))
-        rows.append({"prompt": f"{listed} {filler} copy:", "completion": " " + " ".join(items)})
-    args = SFTConfig(output_dir=str(Path(out_dir) / "copy-run"), max_steps=steps, per_device_train_batch_size=32,
-                     learning_rate=1e-3, lr_scheduler_type="cosine", warmup_steps=0.05, completion_only_loss=True,
-                     use_cpu=True, bf16=False, gradient_checkpointing=False, logging_steps=100, save_strategy="no",
-                     report_to="none", seed=seed, dataloader_num_workers=0, disable_tqdm=True)
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    trainer = SFTTrainer(model=AutoModelForCausalLM.from_pretrained(model_dir), args=args,
-                         train_dataset=Dataset.from_list(rows), processing_class=tokenizer)
-    trainer.train()
-    trainer.save_model(str(out_dir))
-    tokenizer.save_pretrained(str(out_dir))
     return Path(out_dir)
 
 
@@ -346,8 +306,8 @@ OFFLINE_GRPO_CONFIG = {
 }
 
 
-CONFIG_HEADER = "# written by `python offline.py`; paths are relative to this file. Edit freely: a rerun keeps an edited\n" \
-                "# file and writes its new config beside it (<name>.new.yaml). Unedited digest: "
+CONFIG_HEADER = ("# written by `python offline.py`; paths are relative to this file. Edit freely: a rerun keeps an "
+                 "edited\n# file and writes its new config beside it (<name>.new.yaml). Unedited digest: ")
 CONFIG_PATH_KEYS = ("model_name_or_path", "dataset_path", "output_dir", "corpus_path", "index_dir")
 
 
@@ -391,11 +351,12 @@ def main(argv: list[str] | None = None) -> None:
     from trl.chat_template_utils import qwen2_5_chat_template, qwen3_chat_template
 
     import gsm8k_grpo
-    import plumbing
     import search_agent_grpo
     import tool_use_grpo
+    from grpo_recipes.contract import environment_tools
+    from grpo_recipes.logs import quiet_bars_when_redirected
 
-    plumbing.quiet_bars_when_redirected()  # into a file: the warm starts' log lines, without their bars' frames
+    quiet_bars_when_redirected()  # into a file: the warm starts' log lines, without their bars' frames
     out = Path(args.out_dir)
     data_dir = write_toy_gsm8k(out / "gsm8k_toy", seed=args.seed)
     search_dir = write_toy_search(out / "search_toy", seed=args.seed)
@@ -422,7 +383,8 @@ def main(argv: list[str] | None = None) -> None:
                   "env": {"OMP_NUM_THREADS": "1"}}
     written.append(write_config(out / "sft_warmstart.yaml", sft_config))
     if args.tools:
-        tools_dir = warm_start(model_dir, out / f"{name}-tools", conversations, tool_use_grpo.TOOLS,
+        interpreter = tool_use_grpo.setup(tool_use_grpo.ScriptArguments()).environment_factory()  # (not started)
+        tools_dir = warm_start(model_dir, out / f"{name}-tools", conversations, environment_tools(interpreter),
                                steps=args.sft_steps, seed=args.seed)
         tool_config = {**config, "model_name_or_path": str(tools_dir), "max_completion_length": 96,
                        "max_tool_calling_iterations": 2, "output_dir": str(out / "runs" / "tool_use_grpo")}
@@ -430,12 +392,11 @@ def main(argv: list[str] | None = None) -> None:
     if args.search:
         search_options = {"corpus_path": str(search_dir / "corpus.jsonl"), "index_dir": str(out / "bm25_index"),
                           "search_top_k": 2, "snippet_chars": 90}
-        index = search_agent_grpo.SearchIndex(search_agent_grpo.build_corpus(search_options["corpus_path"]),
-                                              search_options["index_dir"], 2, 90)
+        search = search_agent_grpo.setup(search_agent_grpo.ScriptArguments(**search_options)).environment_factory()
         search_model = warm_start(model_dir, out / f"{name}-search",
-                                  think(search_conversations(search_dir / "questions" / "train.jsonl", index,
+                                  think(search_conversations(search_dir / "questions" / "train.jsonl", search,
                                                              search_agent_grpo.SYSTEM_PROMPT)),
-                                  search_agent_grpo.TOOLS, steps=args.sft_steps, seed=args.seed)
+                                  environment_tools(search), steps=args.sft_steps, seed=args.seed)
         search_config = {**config, **search_options, "model_name_or_path": str(search_model),
                          "dataset_path": str(search_dir / "questions"), "max_completion_length": 192,
                          "max_tool_calling_iterations": 3, "output_dir": str(out / "runs" / "search_agent_grpo")}
@@ -463,4 +424,6 @@ def write_code_kit(out: Path, config: dict, args) -> list[Path]:
 
 
 if __name__ == "__main__":
-    main()
+    from grpo_recipes.refusal import run_script
+
+    run_script(main)

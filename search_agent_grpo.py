@@ -12,11 +12,11 @@ tokens out of the loss). The bm25s index is built once, then reloaded from --ind
 """
 
 # %%
+import functools
 import hashlib
 import json
 import os
 import shutil
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,9 +26,12 @@ from datasets import Dataset, concatenate_datasets
 from openai import OpenAI
 from trl import GRPOTrainer, get_peft_config, get_quantization_config
 
-import plumbing
 import rewards
-from plumbing import arg, logger
+from grpo_recipes import data, options, training
+from grpo_recipes.contract import Setup
+from grpo_recipes.logs import logger
+from grpo_recipes.options import arg
+from grpo_recipes.refusal import Refusal, run_script
 
 # %% [markdown]
 # ## Config
@@ -37,7 +40,7 @@ from plumbing import arg, logger
 
 # %%
 # In a notebook on Colab's free T4 (16 GB, no bf16) the `if ON_COLAB` values apply: a 0.5B model, 100 steps, 3 rounds.
-ON_COLAB = plumbing.on_colab()
+ON_COLAB = options.on_colab()
 MODEL_NAME = "Qwen/Qwen2.5-0.5B-Instruct" if ON_COLAB else "Qwen/Qwen2.5-1.5B-Instruct"
 HOTPOTQA = ("hotpotqa/hotpot_qa", "distractor")  # the Hub dataset and its config: questions and their paragraphs
 
@@ -98,13 +101,13 @@ searches. When you know the answer, reply with only the answer inside <answer></
 
 # %%
 def hotpotqa_split(split: str) -> Dataset:  # its test split has no answers: validation is the held-out one
-    return plumbing.load_split("validation" if split == "test" else split, None, *HOTPOTQA)
+    return data.load_split("validation" if split == "test" else split, None, *HOTPOTQA)
 
 
 def build_corpus(corpus_path: str | None = None) -> list[dict]:
     """Passages as {'title', 'text'}: a JSONL file, or HotpotQA's paragraphs de-duplicated by title."""
-    if corpus_path is not None:  # plumbing reads it: a missing file or a malformed line is one line, not a traceback
-        return list(plumbing.load_split("train", corpus_path))
+    if corpus_path is not None:  # data reads it: a missing file or a malformed line is one line, not a traceback
+        return list(data.load_split("train", corpus_path))
     passages = {}
     for row in concatenate_datasets([hotpotqa_split("train"), hotpotqa_split("test")])["context"]:
         for title, sentences in zip(row["title"], row["sentences"], strict=True):
@@ -114,7 +117,7 @@ def build_corpus(corpus_path: str | None = None) -> list[dict]:
 
 def build_dataset(split: str = "train", dataset_path: str | None = None) -> Dataset:
     """Questions as conversational `prompt`s, gold `answer`s and the `supporting_titles` a good search finds."""
-    raw = plumbing.load_split(split, dataset_path) if dataset_path else hotpotqa_split(split)
+    raw = data.load_split(split, dataset_path) if dataset_path else hotpotqa_split(split)
     if not {"question", "answer"} <= set(raw.column_names):
         raise ValueError(f"{dataset_path} ({split}) needs `question` and `answer` columns; it has {raw.column_names}.")
 
@@ -128,37 +131,60 @@ def build_dataset(split: str = "train", dataset_path: str | None = None) -> Data
 
 # %% [markdown]
 # ## Tools
-# `search` returns the top BM25 passages (title and snippet), `read` a whole passage by title: plain functions over a
-# bm25s index built once and reloaded; a bad query or title returns an error string.
+# `search` returns the top BM25 passages (title and snippet), `read` a whole passage by title: methods of the rollout's
+# environment over a bm25s index built once and reloaded; a bad query or title returns an error string.
 
 # %%
 class SearchIndex:
     """A bm25s index over the corpus, saved under index_dir/<corpus hash> and reloaded while the corpus is unchanged.
-    Under accelerate launch the main process builds it and the others load it."""
+    It loads on first use (or start()); under accelerate launch the main process builds it and the others load it.
+    Pickled, it keeps where it was saved: a spawned process (TRL's async trainer's) loads it from there."""
 
-    def __init__(self, corpus: list[dict], index_dir: str, top_k=3, snippet_chars=200, passage_chars=1500):
+    def __init__(self, corpus_path: str | None = None, index_dir: str = "runs/bm25_index", top_k: int = 3,
+                 snippet_chars: int = 200, passage_chars: int = 1500):
+        self.corpus_path, self.index_dir = corpus_path, index_dir
         self.top_k, self.snippet_chars, self.passage_chars = top_k, snippet_chars, passage_chars
-        digest = hashlib.sha256(json.dumps(corpus, sort_keys=True).encode()).hexdigest()[:16]
-        path = Path(index_dir) / digest
-        with PartialState().main_process_first():
-            self.rebuilt = not (path / "params.index.json").exists()
-            if self.rebuilt:
-                logger.warning(f"building the bm25s index of {len(corpus)} passages in {path}")  # every rank says so
-                self.retriever, self.corpus = bm25s.BM25(), corpus
-                self.retriever.index(bm25s.tokenize([f"{p['title']}\n{p['text']}" for p in corpus], stopwords="en"))
-                building = path.with_name(f"{digest}.building-{os.getpid()}")  # complete, then in place at once:
-                self.retriever.save(str(building), corpus=corpus)  # another run never reads half an index
-                try:
-                    building.rename(path)
-                except OSError:  # another run put the same index there first
-                    shutil.rmtree(building, ignore_errors=True)
-            else:
-                logger.warning(f"reusing the bm25s index in {path}")
-                self.retriever = bm25s.BM25.load(str(path), load_corpus=True, show_progress=False)
-                self.corpus = list(self.retriever.corpus)
+        self.path: Path | None = None  # index_dir/<corpus hash>, once known
+        self.retriever = self.corpus = self.by_title = None
+        self.rebuilt = False
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "retriever": None, "corpus": None, "by_title": None}
+
+    def start(self) -> None:
+        """Load the index, building and saving it first when this corpus has none."""
+        if self.retriever is not None:
+            return
+        if self.path is None or not (self.path / "params.index.json").exists():
+            corpus = build_corpus(self.corpus_path)
+            digest = hashlib.sha256(json.dumps(corpus, sort_keys=True).encode()).hexdigest()[:16]
+            self.path = Path(self.index_dir) / digest
+            with PartialState().main_process_first():
+                self.rebuilt = not (self.path / "params.index.json").exists()
+                if self.rebuilt:
+                    self.build(corpus)
+        if self.retriever is None:
+            logger.warning(f"reusing the bm25s index in {self.path}")  # every rank says so
+            self.retriever = bm25s.BM25.load(str(self.path), load_corpus=True, show_progress=False)
+            self.corpus = list(self.retriever.corpus)
         self.by_title = {str(p["title"]).casefold(): p for p in self.corpus}
 
+    def build(self, corpus: list[dict]) -> None:
+        logger.warning(f"building the bm25s index of {len(corpus)} passages in {self.path}")  # every rank says so
+        self.retriever, self.corpus = bm25s.BM25(), corpus
+        self.retriever.index(bm25s.tokenize([f"{p['title']}\n{p['text']}" for p in corpus], stopwords="en"))
+        building = self.path.with_name(f"{self.path.name}.building-{os.getpid()}")  # complete, then in place at once:
+        self.retriever.save(str(building), corpus=corpus)  # another run never reads half an index
+        try:
+            building.rename(self.path)
+        except OSError:  # another run put the same index there first
+            shutil.rmtree(building, ignore_errors=True)
+
+    def describe(self) -> str:
+        return f"search: {len(self.corpus)} passages, top {self.top_k} shown, {self.snippet_chars} characters each"
+
     def search(self, query: str) -> str:
+        self.start()
         tokens = bm25s.tokenize([str(query)[:1000]], stopwords="en", return_ids=False, show_progress=False)
         if not tokens[0]:
             return "Error: the query has no searchable words. Search for names or keywords."
@@ -170,6 +196,7 @@ class SearchIndex:
         return "\n".join(f"[{p['title']}] {p['text'][:self.snippet_chars]}" for p in hits)
 
     def read(self, title: str) -> str:
+        self.start()
         passage = self.by_title.get(str(title).strip().strip("[]").casefold())
         if passage is None:
             return f"Error: no passage titled {str(title)[:100]!r}. Search, then read a title it returns."
@@ -178,33 +205,31 @@ class SearchIndex:
         return f"[{passage['title']}] {text[:self.passage_chars]}{cut}"
 
 
-INDEX: SearchIndex | None = None  # set by load_index() before the tools run
+class SearchTools:
+    """The tools of one rollout (TRL's environment_factory makes one per rollout): search and read over the run's
+    index."""
 
+    def __init__(self, index: SearchIndex):
+        self.index = index
 
-def load_index(corpus_path=None, index_dir="runs/bm25_index", top_k=3, snippet_chars=200, passage_chars=1500):
-    global INDEX  # the tools' corpus, its index built or reloaded
-    INDEX = SearchIndex(build_corpus(corpus_path), index_dir, top_k, snippet_chars, passage_chars)
+    def reset(self, **row) -> None:  # the tools keep no state of their own between rollouts
+        pass
 
+    def search(self, query: str) -> str:
+        """Search the document collection and return the best matching passages as [title] snippet lines.
 
-def search(query: str) -> str:
-    """Search the document collection and return the best matching passages as [title] snippet lines.
+        Args:
+            query: Keywords to look for, such as a name, a place or a title.
+        """
+        return self.index.search(query)
 
-    Args:
-        query: Keywords to look for, such as a name, a place or a title.
-    """
-    return INDEX.search(query)
+    def read(self, title: str) -> str:
+        """Read the whole passage with this title.
 
-
-def read(title: str) -> str:
-    """Read the whole passage with this title.
-
-    Args:
-        title: A title exactly as a search result showed it, without the brackets.
-    """
-    return INDEX.read(title)
-
-
-TOOLS = [search, read]
+        Args:
+            title: A title exactly as a search result showed it, without the brackets.
+        """
+        return self.index.read(title)
 
 
 # %% [markdown]
@@ -219,13 +244,36 @@ READER_PROMPT = ("You read passages for a search agent. Reply with at most two s
 
 class Reader:
     """A frozen model behind an OpenAI-compatible endpoint that summarises a passage for a question. On a timeout, an
-    error or an empty reply: the passage itself."""
+    error or an empty reply: the passage itself. Pickled, it keeps its options (its client is made where it runs)."""
 
     def __init__(self, base_url: str, model: str, timeout: float, max_tokens: int, prompt: str = READER_PROMPT):
-        self.client = OpenAI(base_url=base_url, api_key=os.environ.get("READER_API_KEY", "none"), timeout=timeout,
-                             max_retries=0)  # a retry would double the wait a timeout bounds
-        self.model, self.max_tokens, self.prompt = model, max_tokens, prompt
+        self.base_url, self.model, self.timeout, self.max_tokens, self.prompt = base_url, model, timeout, max_tokens, \
+            prompt
         self.calls = self.fallbacks = 0
+        self._client = None
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_client": None, "calls": 0, "fallbacks": 0}
+
+    @property
+    def client(self) -> OpenAI:
+        if self._client is None:  # a retry would double the wait a timeout bounds
+            self._client = OpenAI(base_url=self.base_url, api_key=os.environ.get("READER_API_KEY", "none"),
+                                  timeout=self.timeout, max_retries=0)
+        return self._client
+
+    def start(self) -> None:
+        """One line if no OpenAI-compatible server answers at base_url."""
+        try:  # an HTTP error is still an answer: transformers 5.17's serve fails /v1/models when there is no Hub cache
+            self.client.models.list()
+        except Exception as err:  # noqa: BLE001 - unreachable, refused, not OpenAI-compatible: all one line
+            if getattr(err, "status_code", None) is None:  # openai's APIStatusError carries one; no answer does not
+                raise Refusal(f"--reader_base_url {self.base_url}: no OpenAI-compatible server answers "
+                              f"({type(err).__name__}); start one (e.g. `transformers serve {self.model}`) or drop "
+                              "--reader_base_url.") from None
+
+    def describe(self) -> str:
+        return f"reader: {self.model} at {self.base_url}, at most {self.max_tokens} tokens in {self.timeout:g} s"
 
     def summarise(self, passage: str, question: str) -> str:
         self.calls, why = self.calls + 1, "an empty reply"
@@ -245,45 +293,22 @@ class Reader:
         return f"{passage.split('] ', 1)[0]}] (summary) {summary}"
 
 
-READER: Reader | None = None  # set by setup_tools() with --reader_base_url
+class SearchToolsWithReader(SearchTools):
+    """search as SearchTools; read through the reader: it also takes the policy's question."""
 
+    def __init__(self, index: SearchIndex, reader: Reader):
+        super().__init__(index)
+        self.reader = reader
 
-def read_for(title: str, question: str) -> str:
-    """Read the passage with this title: a reader returns what it says about your question.
+    def read(self, title: str, question: str) -> str:
+        """Read the passage with this title: a reader returns what it says about your question.
 
-    Args:
-        title: A title exactly as a search result showed it, without the brackets.
-        question: What you want to find out from the passage.
-    """
-    passage = INDEX.read(title)
-    return passage if passage.startswith("Error:") else READER.summarise(passage, str(question)[:500])
-
-
-read_for.__name__ = "read"  # the tool keeps its name; only what it returns (and asks for) changes
-READER_TOOLS = [search, read_for]
-
-
-def setup_tools(script_args: ScriptArguments) -> list:
-    """Load the index and, with --reader_base_url, start the reader once its endpoint answers (each bad option or an
-    endpoint that does not answer is one line); the tools to train with. evaluate.py calls this too."""
-    global READER
-    load_index(script_args.corpus_path, script_args.index_dir, script_args.search_top_k, script_args.snippet_chars,
-               script_args.passage_chars)
-    base_url, model = script_args.reader_base_url, script_args.reader_model
-    if base_url is None:
-        return TOOLS
-    if not model:
-        sys.exit("--reader_base_url needs --reader_model: the model name the endpoint serves.")
-    if script_args.reader_timeout <= 0 or script_args.reader_max_tokens < 1:
-        sys.exit("--reader_timeout must be > 0 seconds and --reader_max_tokens >= 1.")
-    READER = Reader(base_url, model, script_args.reader_timeout, script_args.reader_max_tokens)
-    try:  # an HTTP error is still an answer: transformers 5.17's serve fails /v1/models when there is no Hub cache
-        READER.client.with_options(max_retries=0).models.list()
-    except Exception as err:  # noqa: BLE001 - unreachable, refused, not OpenAI-compatible: all one line
-        if getattr(err, "status_code", None) is None:  # openai's APIStatusError carries one; no answer does not
-            sys.exit(f"--reader_base_url {base_url}: no OpenAI-compatible server answers ({type(err).__name__}); "
-                     f"start one (e.g. `transformers serve {model}`) or drop --reader_base_url.")
-    return READER_TOOLS
+        Args:
+            title: A title exactly as a search result showed it, without the brackets.
+            question: What you want to find out from the passage.
+        """
+        passage = self.index.read(title)
+        return passage if passage.startswith("Error:") else self.reader.summarise(passage, str(question)[:500])
 
 
 # %% [markdown]
@@ -300,30 +325,47 @@ REWARD_FUNCS, REWARD_WEIGHTS = rewards.combine({
 })
 
 
+def setup(script_args: ScriptArguments) -> Setup:
+    """The rubric above, and each rollout's search and read over the index the flags name (through the reader with
+    --reader_base_url). The index loads, and the reader's endpoint is checked, in training.prepare (Setup.start)."""
+    index = SearchIndex(script_args.corpus_path, script_args.index_dir, script_args.search_top_k,
+                        script_args.snippet_chars, script_args.passage_chars)
+    if script_args.reader_base_url is None:
+        return Setup(REWARD_FUNCS, REWARD_WEIGHTS, environment_factory=functools.partial(SearchTools, index),
+                     services=[index])
+    if not script_args.reader_model:
+        raise Refusal("--reader_base_url needs --reader_model: the model name the endpoint serves.")
+    if script_args.reader_timeout <= 0 or script_args.reader_max_tokens < 1:
+        raise Refusal("--reader_timeout must be > 0 seconds and --reader_max_tokens >= 1.")
+    reader = Reader(script_args.reader_base_url, script_args.reader_model, script_args.reader_timeout,
+                    script_args.reader_max_tokens)
+    return Setup(REWARD_FUNCS, REWARD_WEIGHTS, environment_factory=functools.partial(SearchToolsWithReader, index,
+                                                                                     reader), services=[index, reader])
+
+
 # %% [markdown]
 # ## Trainer
 # The shared pre-flight checks (tool-call template included), then TRL's `GRPOTrainer` with the tools.
 
 # %%
 def main(argv: list[str] | None = None) -> GRPOTrainer:
-    script_args, training_args, model_args = plumbing.parse_args(ScriptArguments, RECIPE_DEFAULTS, argv,
-                                                                 reward_weights=REWARD_WEIGHTS)
-    tokenizer = plumbing.prepare(training_args, model_args, REWARD_FUNCS, tools=TOOLS)
-    tools = setup_tools(script_args)  # search and read; read through the reader with --reader_base_url
-    train_dataset, eval_dataset = plumbing.load_splits(build_dataset, training_args, script_args.dataset_path,
-                                                       script_args.num_eval_examples)
+    script_args, training_args, model_args = options.parse_args(ScriptArguments, RECIPE_DEFAULTS, argv)
+    task = setup(script_args)  # the rubric, and search and read (through the reader with --reader_base_url)
+    tokenizer = training.prepare(training_args, model_args, task)  # one-line checks, then the index loads
+    train_dataset, eval_dataset = data.load_splits(build_dataset, training_args, script_args.dataset_path,
+                                                   script_args.num_eval_examples)
     trainer = GRPOTrainer(
         model=model_args.model_name_or_path,  # loaded with training_args.model_init_kwargs (dtype, ...)
-        reward_funcs=REWARD_FUNCS,
+        reward_funcs=task.reward_funcs,
         args=training_args,
         train_dataset=train_dataset,
         eval_dataset=eval_dataset,
         processing_class=tokenizer,
         peft_config=get_peft_config(model_args),  # LoRA with --use_peft (the default here), else None
         quantization_config=get_quantization_config(model_args),  # --load_in_4bit / --load_in_8bit
-        tools=tools,
+        environment_factory=task.environment_factory,  # one SearchTools per rollout
     )
-    return plumbing.run(trainer)
+    return training.run(trainer)
 
 
 # %% [markdown]
@@ -335,16 +377,18 @@ def main(argv: list[str] | None = None) -> GRPOTrainer:
 # NOTEBOOK_ARGS = []  # command-line flags, e.g. ["--max_steps", "50"] or ["--config", "offline/search_agent_grpo.yaml"]
 
 # %% tags=["active-ipynb"]
+# from grpo_recipes import notebook
+#
 # trainer = main(NOTEBOOK_ARGS)
-# plumbing.show_training(trainer.args.output_dir, trainer)
+# notebook.show_training(trainer.args.output_dir, trainer)
 
 # %% [markdown]
 # ## Try it
 # The trained agent on a few held-out questions, searching the same index as in training, scored by the same rubric.
 
 # %% tags=["active-ipynb"]
-# plumbing.try_model(trainer, n=3)
+# notebook.try_model(trainer, n=3)
 
 # %% tags=["active-py"]
 if __name__ == "__main__":
-    main()
+    run_script(main)

@@ -16,7 +16,6 @@ SFTConfig and ModelConfig field is a flag or a YAML key; --use_peft trains LoRA,
 # %%
 import json
 import re
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,11 +23,11 @@ from datasets import Dataset, Features, Json, List, Value
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl import SFTConfig, SFTTrainer, get_peft_config
 
-import harness
-import plumbing
-import preflight
 import rewards
-from plumbing import arg, logger
+from grpo_recipes import configs, contract, data, logs, options, output_dir, preflight, ranges, training
+from grpo_recipes.logs import logger
+from grpo_recipes.options import arg
+from grpo_recipes.refusal import Refusal, run_script
 
 # %% [markdown]
 # ## Config
@@ -37,7 +36,7 @@ from plumbing import arg, logger
 
 # %%
 # In a notebook on Colab's free T4 (16 GB, no bf16) the `if ON_COLAB` values apply: LoRA, 200 steps.
-ON_COLAB = plumbing.on_colab()
+ON_COLAB = options.on_colab()
 GOLD_DATASET = ("openai/gsm8k", "main")  # --source gold: the Hub dataset whose worked solutions are imitated
 
 RECIPE_DEFAULTS = {
@@ -55,14 +54,14 @@ RECIPE_DEFAULTS = {
 
 @dataclass
 class RecipeSFTConfig(SFTConfig):
-    """SFTConfig with the recipes' precision defaults (plumbing.default_precision) and their output directory guard."""
+    """SFTConfig with the recipes' precision defaults (configs.default_precision) and their output directory guard."""
 
     overwrite_output_dir: bool = field(default=False, metadata={"help": "Start over in an output_dir that already "
                                        "holds checkpoints, deleting them. Default: refuse, and say how to resume."})
 
     def __post_init__(self):
-        plumbing.default_precision(self)
-        preflight.check_ranges(self)
+        configs.default_precision(self)
+        ranges.check_ranges(self)
         super().__post_init__()
 
 
@@ -94,11 +93,11 @@ MESSAGES = Features({"messages": List({"role": Value("string"), "content": Value
 def gold_conversations(recipe, split: str, dataset_path: str | None) -> list[dict]:
     """GSM8K-form solutions rewritten as the recipe's <reasoning>/<answer> completions (gsm8k_grpo's format)."""
     if "<reasoning>" not in recipe.SYSTEM_PROMPT:
-        sys.exit(f"{recipe.__name__} does not use the <reasoning>/<answer> format, so there are no gold solutions in "
-                 "it: use --source rollouts with an evaluate.py JSONL.")
+        raise Refusal(f"{recipe.__name__} does not use the <reasoning>/<answer> format, so there are no gold solutions "
+                      "in it: use --source rollouts with an evaluate.py JSONL.")
     prompts = recipe.build_dataset(split, dataset_path)["prompt"]
     conversations = []
-    solutions = plumbing.load_split(split, dataset_path, *GOLD_DATASET)["answer"]
+    solutions = data.load_split(split, dataset_path, *GOLD_DATASET)["answer"]
     for prompt, solution in zip(prompts, solutions, strict=True):
         reasoning = re.sub(r"<<[^>]*>>", "", solution.split("####")[0]).strip()
         answer = f"<reasoning>\n{reasoning}\n</reasoning>\n<answer>\n{rewards.extract_hash_answer(solution)}\n</answer>"
@@ -112,17 +111,17 @@ ROLLOUT_KEYS = ("prompt", "completion", "total")  # what every evaluate.py --out
 def rollout_conversations(path: str, min_reward: float, best_of: int) -> list[dict]:
     """Rejection sampling: per prompt, the best `best_of` distinct rollouts whose total reaches min_reward."""
     if not Path(path).is_file():
-        sys.exit(f"--rollouts {path}: no such file (write one with evaluate.py --out)")
-    if bad := plumbing.first_bad_json_line(path):
-        sys.exit(bad)
+        raise Refusal(f"--rollouts {path}: no such file (write one with evaluate.py --out)")
+    if bad := data.first_bad_json_line(path):
+        raise Refusal(bad)
     by_prompt = {}
     for number, line in enumerate(Path(path).read_text().splitlines(), start=1):
         if not line.strip():
             continue
         row = json.loads(line)
         if missing := [key for key in ROLLOUT_KEYS if key not in row]:
-            sys.exit(f"{path} line {number}: not an evaluate.py rollout (no {', '.join(missing)}); --rollouts takes "
-                     "the file `python evaluate.py <recipe> ... --out rollouts.jsonl` writes")
+            raise Refusal(f"{path} line {number}: not an evaluate.py rollout (no {', '.join(missing)}); --rollouts "
+                          "takes the file `python evaluate.py <recipe> ... --out rollouts.jsonl` writes")
         if row.get("error") is None and row["total"] >= min_reward and row["total"] > 0:
             by_prompt.setdefault(json.dumps(row["prompt"]), []).append(row)
     conversations = []
@@ -152,28 +151,28 @@ def _message(message: dict) -> dict:
 
 # %%
 def main(argv: list[str] | None = None) -> Path:
-    script_args, training_args, model_args = plumbing.parse_args(ScriptArguments, RECIPE_DEFAULTS, argv,
-                                                                 config_class=RecipeSFTConfig)
-    plumbing.setup_logging()
-    recipe = harness.load_recipe(script_args.recipe)
-    preflight.check_output_dir(training_args)
+    script_args, training_args, model_args = options.parse_args(ScriptArguments, RECIPE_DEFAULTS, argv,
+                                                                config_class=RecipeSFTConfig)
+    logs.setup_logging()
+    recipe = contract.load_recipe(script_args.recipe)
+    output_dir.prepare_output_dir(training_args)
     preflight.check_model_source(model_args.model_name_or_path)
     if script_args.source == "gold":
         conversations = gold_conversations(recipe, script_args.split, script_args.dataset_path)
     elif script_args.source == "rollouts" and script_args.rollouts:
         conversations = rollout_conversations(script_args.rollouts, script_args.min_reward, script_args.best_of)
     else:
-        sys.exit("--source is gold, or rollouts with --rollouts results.jsonl (from evaluate.py).")
+        raise Refusal("--source is gold, or rollouts with --rollouts results.jsonl (from evaluate.py).")
     if not conversations:
-        sys.exit(f"no conversation passed the filter (--min_reward {script_args.min_reward}): lower it, or evaluate "
-                 "more rollouts.")
+        raise Refusal(f"no conversation passed the filter (--min_reward {script_args.min_reward}): lower it, or "
+                      "evaluate more rollouts.")
     logger.info(f"SFT on {len(conversations)} conversations from {script_args.source}")
     dataset = Dataset.from_list(conversations, features=MESSAGES)
     tokenizer = AutoTokenizer.from_pretrained(model_args.model_name_or_path)
     model = AutoModelForCausalLM.from_pretrained(model_args.model_name_or_path, dtype=model_args.dtype)
     trainer = SFTTrainer(model=model, args=training_args, train_dataset=dataset, processing_class=tokenizer,
                          peft_config=get_peft_config(model_args))
-    plumbing.run_training(trainer, training_args)
+    training.run_training(trainer, training_args)
     output = Path(training_args.output_dir)
 
     def save(folder: str) -> None:
@@ -183,8 +182,8 @@ def main(argv: list[str] | None = None) -> Path:
             trainer.save_model(folder)
         tokenizer.save_pretrained(folder)  # with its chat template: the directory is a --model_name_or_path
 
-    plumbing.save_atomically(output, save, trainer.args.should_save, trainer.accelerator.wait_for_everyone)
-    plumbing.plot_training(trainer.state.log_history, output / plumbing.PLOT_FILE)
+    training.save_atomically(output, save, trainer.args.should_save, trainer.accelerator.wait_for_everyone)
+    logs.plot_training(trainer.state.log_history, output / logs.PLOT_FILE)
     logger.info(f"saved the warm-started model to {output}")
     return output
 
@@ -198,9 +197,11 @@ def main(argv: list[str] | None = None) -> Path:
 # NOTEBOOK_ARGS = []  # command-line flags, e.g. ["--max_steps", "100"] or ["--config", "offline/sft_warmstart.yaml"]
 
 # %% tags=["active-ipynb"]
-# output_dir = main(NOTEBOOK_ARGS)
-# plumbing.show_training(output_dir)
+# from grpo_recipes import notebook
+#
+# saved = main(NOTEBOOK_ARGS)
+# notebook.show_training(saved)
 
 # %% tags=["active-py"]
 if __name__ == "__main__":
-    main()
+    run_script(main)

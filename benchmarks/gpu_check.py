@@ -22,11 +22,14 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(1, str(Path(__file__).resolve().parent.parent / "experiments"))  # servers.py
+from grpo_recipes.refusal import Refusal, run_script  # noqa: E402
 
 import torch  # noqa: E402
 from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM  # noqa: E402
 
 import offline  # noqa: E402
+from grpo_recipes.contract import RECIPES  # noqa: E402
 
 SHAPES = {  # Qwen2.5 architectures, from their published configs
     "0.5B": {"hidden_size": 896, "intermediate_size": 4864, "num_hidden_layers": 24, "num_attention_heads": 14,
@@ -48,7 +51,8 @@ VARIANTS = {"lora+vllm": ["--use_peft", "--use_vllm", "--vllm_mode", "colocate"]
 def build_model(shape: str, kit: Path, out: Path) -> Path:
     tokenizer = AutoTokenizer.from_pretrained(kit / "tiny-qwen2")
     config = Qwen2Config(**SHAPES[shape], max_position_embeddings=32768, rope_theta=1_000_000.0,
-                         eos_token_id=tokenizer.convert_tokens_to_ids("<|im_end|>"), pad_token_id=tokenizer.pad_token_id)
+                         eos_token_id=tokenizer.convert_tokens_to_ids("<|im_end|>"),
+                         pad_token_id=tokenizer.pad_token_id)
     Qwen2ForCausalLM(config).to(torch.bfloat16 if torch.cuda.is_available() else torch.float32).save_pretrained(out)
     tokenizer.save_pretrained(out)
     return out
@@ -60,15 +64,28 @@ def recipe_argv(recipe: str, kit: Path) -> list[str]:
                 str(kit / "search_toy" / "corpus.jsonl"), "--index_dir", str(kit / "bm25_index")]
     if recipe == "tool_use_grpo":  # a random model writes no tool call: this measures the GPU, not the sandbox,
         return ["--dataset_path", str(kit / "gsm8k_toy"), "--unsafe_tool_sandbox"]  # which a GPU box may not host
+    if recipe == "code_grpo":  # the tests of a random model's code fail at once: the GPU again, not the sandbox
+        return ["--dataset_path", str(kit / "code_toy"), "--unsafe_test_sandbox", "--test_workers", "1"]
     return ["--dataset_path", str(kit / "gsm8k_toy")]
 
 
+def skipped(recipe: str, variant: str, args) -> str | None:
+    """Why a cell is not run here, or None."""
+    if variant == "qlora" and args.cpu:
+        return "4-bit needs CUDA"
+    if variant == "lora+async" and recipe != "gsm8k_grpo":
+        return "one async cell, gsm8k_grpo's"
+    if variant in ("lora+vllm", "lora+async") and (args.cpu or importlib.util.find_spec("vllm") is None):
+        return "CPU" if args.cpu else "vLLM is not installed"
+    return None
+
+
 def estimate(shape: str, variant: str, checkpointing: bool, args) -> float:
-    """preflight.estimate_memory for one cell, in GiB: what the recipes' memory check would have predicted."""
-    import preflight
+    """memory.estimate_memory for one cell, in GiB: what the recipes' memory check would have predicted."""
+    from grpo_recipes import memory
 
     total = torch.cuda.mem_get_info()[1] if torch.cuda.is_available() else 24 * 2**30
-    parts = preflight.estimate_memory(
+    parts = memory.estimate_memory(
         estimate_config(shape), weight_dtype="float32" if variant == "full" else "bfloat16", half=True,
         use_peft=variant != "full", load_in_4bit=variant == "qlora", lora_r=16, batch=8, generation_batch=8,
         prompt=256, completion=args.max_completion_length, checkpointing=checkpointing,
@@ -103,7 +120,9 @@ def run(recipe: str, model: Path, kit: Path, variant: str, checkpointing: bool, 
 
         argv += [] if importlib.util.find_spec("kernels") else ["--tree_attention", "sdpa"]
         # the cell's model on 30% of the GPU, as async_grpo.py's docstring starts it
-        with async_grpo.vllm_server(model, out.parent / "vllm-serve.log", 3, "--gpu-memory-utilization", "0.3",
+        from servers import vllm_server  # experiments/servers.py
+
+        with vllm_server(model, out.parent / "vllm-serve.log", 3, "--gpu-memory-utilization", "0.3",
                                     "--max-model-len", "2048") as url:
             trainer = async_grpo.main([recipe, *argv, "--vllm_server_base_url", url])
     else:
@@ -120,7 +139,7 @@ def run(recipe: str, model: Path, kit: Path, variant: str, checkpointing: bool, 
 
 def main(argv=None) -> list[str]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--recipes", nargs="+", default=["gsm8k_grpo", "tool_use_grpo", "search_agent_grpo"])
+    parser.add_argument("--recipes", nargs="+", default=list(RECIPES))
     parser.add_argument("--shapes", nargs="+", default=["0.5B", "1.5B"], choices=sorted(SHAPES))
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
     parser.add_argument("--checkpointing", nargs="+", default=["on", "off"], choices=["on", "off"])
@@ -129,9 +148,10 @@ def main(argv=None) -> list[str]:
     parser.add_argument("--cpu", action="store_true", help="run the plumbing on CPU (fp32); QLoRA is skipped")
     args = parser.parse_args(argv)
     if not args.cpu and not torch.cuda.is_available():
-        sys.exit("no CUDA GPU here: pass --cpu --shapes tiny to check the plumbing.")
+        raise Refusal("no CUDA GPU here: pass --cpu --shapes tiny to check the plumbing.")
     work = Path(tempfile.mkdtemp(prefix="gpu-check-"))
     offline.main(["--out_dir", str(work / "kit")])
+    offline.write_toy_code(work / "kit" / "code_toy")  # code_grpo's problems (its warm start is not needed here)
     device = "CPU" if args.cpu else torch.cuda.get_device_name()
     rows = [f"{device}, {time.strftime('%Y-%m-%d')}: {args.steps} GRPO steps of 8 completions × "
             f"{args.max_completion_length} tokens per cell", "",
@@ -145,31 +165,25 @@ def main(argv=None) -> list[str]:
                 for checkpointing in [mode == "on" for mode in args.checkpointing]:
                     label = f"| {recipe} | {shape} | {variant} | {'on' if checkpointing else 'off'} |"
                     guess = estimate(shape, variant, checkpointing, args)
-                    if variant == "qlora" and args.cpu:
-                        rows.append(f"{label} skipped: 4-bit needs CUDA | | | {guess:.1f} | |")
-                        continue
-                    if variant == "lora+async" and recipe != "gsm8k_grpo":
-                        rows.append(f"{label} skipped: one async cell, gsm8k_grpo's | | | {guess:.1f} | |")
-                        continue
-                    if variant in ("lora+vllm", "lora+async") and (args.cpu or importlib.util.find_spec("vllm") is None):
-                        rows.append(f"{label} skipped: {'CPU' if args.cpu else 'vLLM is not installed'} | | | "
-                                    f"{guess:.1f} | |")
+                    if why := skipped(recipe, variant, args):
+                        rows.append(f"{label} skipped: {why} | | | {guess:.1f} | |")
                         continue
                     attempted += 1
                     try:
                         m = run(recipe, model, work / "kit", variant, checkpointing, args, work / "out")
                         peak = "-" if args.cpu else f"{m['peak GiB']:.1f}"
                         fits = "-" if args.cpu else "yes" if m["peak GiB"] <= 24 else "**no**"
-                        rows.append(f"{label} {m['s/step']:.2f} | {m['tokens/s']:.0f} | {peak} | {guess:.1f} | {fits} |")
-                    except (Exception, SystemExit) as err:  # noqa: BLE001 - one failed cell must not hide the rest
+                        rows.append(f"{label} {m['s/step']:.2f} | {m['tokens/s']:.0f} | {peak} | {guess:.1f} | "
+                                    f"{fits} |")
+                    except Exception as err:  # noqa: BLE001 - one failed cell must not hide the rest (a Refusal too)
                         failed += 1
                         rows.append(f"{label} failed: {str(err).splitlines()[0][:80]} | | | {guess:.1f} | |")
                     print(rows[-1], flush=True)
     print("\n".join(rows))
     if attempted and failed == attempted:  # a table of failures is not a measurement: the device kit must see it
-        sys.exit(f"gpu_check: all {failed} cells failed (the first: {next(r for r in rows if 'failed:' in r)})")
+        raise Refusal(f"gpu_check: all {failed} cells failed (the first: {next(r for r in rows if 'failed:' in r)})")
     return rows
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

@@ -39,19 +39,21 @@ def main(argv=None) -> dict:
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
-    agent.load_index(args.corpus_path, args.index_dir, passage_chars=args.passage_chars)
-    agent.READER = agent.Reader(args.base_url, args.reader_model, args.reader_timeout, args.reader_max_tokens,
-                                   agent.READER_PROMPT)
+    index = agent.SearchIndex(args.corpus_path, args.index_dir, passage_chars=args.passage_chars)
+    reader = agent.Reader(args.base_url, args.reader_model, args.reader_timeout, args.reader_max_tokens)
+    plain, with_reader = agent.SearchTools(index), agent.SearchToolsWithReader(index, reader)  # one rollout's each
     questions = agent.build_dataset("test", args.dataset_path).select(range(args.n))
     tokens = {"passage": [], "summary": []}
     start = time.monotonic()
     for row in questions:
         question = row["prompt"][-1]["content"]
-        for arm, read in (("passage", agent.read), ("summary", lambda title: agent.read_for(title, question))):
-            tokens[arm].append(sum(len(tokenizer(read(title))["input_ids"]) for title in row["supporting_titles"]))
+        for arm, tools in (("passage", plain), ("summary", with_reader)):
+            reads = [tools.read(title) if arm == "passage" else tools.read(title, question)
+                     for title in row["supporting_titles"]]
+            tokens[arm].append(sum(len(tokenizer(text)["input_ids"]) for text in reads))
     mean = {arm: statistics.mean(counts) for arm, counts in tokens.items()}
     print(f"{args.n} episodes, {sum(map(len, questions['supporting_titles']))} reads, reader {args.reader_model} "
-          f"({agent.READER.fallbacks} of {agent.READER.calls} reads fell back to the passage, "
+          f"({reader.fallbacks} of {reader.calls} reads fell back to the passage, "
           f"{time.monotonic() - start:.1f} s)")
     print(f"tool-output tokens per episode: passages {mean['passage']:.1f}, reader summaries {mean['summary']:.1f} "
           f"({mean['summary'] / mean['passage']:.0%} of the passages)")

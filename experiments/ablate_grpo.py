@@ -44,7 +44,7 @@ def main(argv=None) -> dict:
     for seed in known.seeds:
         out, before, _ = cpu_demo.sft_start(seed, args)
 
-        def variant(name: str) -> dict:
+        def variant(name: str, out=out, seed=seed, before=before) -> dict:  # this seed's, bound now
             folder = out / "ablation" / name
             folder.parent.mkdir(parents=True, exist_ok=True)
             start = time.time()

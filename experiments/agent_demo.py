@@ -15,7 +15,7 @@ Stages, each training stage a subprocess through the recipe's own entry point, a
   1. data, and the teacher's conversations (its tool calls run by the recipe's own tools), scored by the recipe's
      rubric as an evaluate.py JSONL;
   2. a tiny model (offline.build_tiny_model) whose tokenizer learns the teacher's text, pre-trained to copy numbers
-     and names from its context (offline.teach_copying), as any pretrained model can;
+     and names from its context (copying.teach_copying), as any pretrained model can;
   3. SFT: sft_warmstart.py --source rollouts on every teacher conversation;
   4. GRPO with the recipe beside the SFT control (more SFT on the teacher, the same number of steps × the measured
      step-time ratio); then the ablation: GRPO where the tool is no use (tool: every call answers with an error,
@@ -39,6 +39,9 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
 from cpu_demo import run, say  # the same stages' runner: a subprocess per stage, one thread, a log each
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the package
+from grpo_recipes.refusal import Refusal, run_script  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent  # the repository: the recipes these experiments run
 TEACHER_ERROR = 0.6  # how often the teacher uses the tool wrongly where it can go wrong
@@ -66,7 +69,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--n_sft", type=int, default=2000, help="teacher conversations for SFT")
     parser.add_argument("--n_rl", type=int, default=800, help="RL problems (true answers only)")
     parser.add_argument("--n_test", type=int, default=500, help="held-out problems, never seen in SFT or RL")
-    parser.add_argument("--copy_steps", type=int, default=800, help="steps of offline.teach_copying, batch 32")
+    parser.add_argument("--copy_steps", type=int, default=800, help="steps of copying.teach_copying, batch 32")
     parser.add_argument("--sft_steps", type=int, default=250, help="SFT steps, lr 1e-3 cosine")
     parser.add_argument("--sft_batch", type=int, default=argparse.SUPPRESS, help="SFT (and control) batch size "
                         "(default: 32)")
@@ -113,10 +116,9 @@ def tool_problem(rng: random.Random, mistaken: tuple[str, ...] = ("multiply",)) 
     return {"question": question, "answer": f"#### {right}", "kind": kind, "teacher": f"print({a} {operator} {b})"}
 
 
-def tool_conversation(recipe, problem: dict) -> list[dict]:
+def tool_conversation(tools, problem: dict) -> list[dict]:
     call = {"type": "function", "function": {"name": "python", "arguments": {"code": problem["teacher"]}}}
-    recipe.TOOL_BUDGET.used = 0.0  # each teacher call is a step of its own: 2,000 calls must not use up 60 s
-    result = recipe.python(problem["teacher"])  # the recipe's own tool, as in training
+    result = tools.python(problem["teacher"])  # the recipe's own tool, as in training (outside a run: no budget)
     return [{"role": "assistant", "content": "", "tool_calls": [call]}, {"role": "tool", "name": "python",
             "content": result}, {"role": "assistant", "content": f"<answer>{result}</answer>"}]
 
@@ -140,14 +142,14 @@ def search_world(rng: random.Random, n_people: int) -> tuple[list[dict], list[di
     return corpus, questions
 
 
-def search_conversation(recipe, question: dict, rng: random.Random) -> list[dict]:
+def search_conversation(tools, question: dict, rng: random.Random) -> list[dict]:
     person = question["supporting_titles"][0]
     messages = []
     queries = [person] if rng.random() < TEACHER_ERROR else [person, question["town"]]
     for query in queries:  # " painter 4821", " town 37": a leading space, as in the question and the passages
         call = {"type": "function", "function": {"name": "search", "arguments": {"query": f" {query}"}}}
         messages += [{"role": "assistant", "content": "", "tool_calls": [call]},
-                     {"role": "tool", "name": "search", "content": recipe.search(query)}]
+                     {"role": "tool", "name": "search", "content": tools.search(query)}]
     answer = question["answer"] if len(queries) == 2 else question["town"]  # one hop: the town, not its country
     return messages + [{"role": "assistant", "content": f"<answer> {answer}</answer>"}]
 
@@ -160,11 +162,14 @@ def write_data(out: Path, seed: int, args, mistaken: tuple[str, ...] = ("multipl
     import evaluate
     from transformers.utils import get_json_schema
 
+    from grpo_recipes import contract
+
     rng = random.Random(seed)
     (out / "rl").mkdir(parents=True, exist_ok=True)
     if args.task == "tool":
         import tool_use_grpo as recipe
 
+        script_args = recipe.ScriptArguments()
         seen, rows = set(), []
         while len(rows) < args.n_test + args.n_rl + args.n_sft:
             problem = tool_problem(rng, mistaken)
@@ -179,8 +184,10 @@ def write_data(out: Path, seed: int, args, mistaken: tuple[str, ...] = ("multipl
         # The ablation's corpus: the same titles, so searches find them, but no passage says where or in which country.
         useless = [{"title": p["title"], "text": f"{p['title']} is a {p['title'].split()[0]}."} for p in corpus]
         (out / "useless_corpus.jsonl").write_text("".join(json.dumps(p) + "\n" for p in useless))
-        recipe.load_index(str(out / "corpus.jsonl"), str(out / "index"), top_k=int(SEARCH_FLAGS[1]),
-                          snippet_chars=int(SEARCH_FLAGS[3]))  # what the model will see in training
+        script_args = recipe.ScriptArguments(corpus_path=str(out / "corpus.jsonl"), index_dir=str(out / "index"),
+                                             search_top_k=int(SEARCH_FLAGS[1]), snippet_chars=int(SEARCH_FLAGS[3]))
+    task = contract.checked_setup(recipe, script_args)  # the tools and rubric as the model will meet them in training
+    tools = task.environment_factory()
     test, rl, sft = rows[:args.n_test], rows[args.n_test:args.n_test + args.n_rl], rows[args.n_test + args.n_rl:]
     kinds = [{"question": r["question"], "kind": r.get("kind", "two-hop"), "town": r.get("town")} for r in test]
     (out / "rl" / "kinds.jsonl").write_text("".join(json.dumps(k) + "\n" for k in kinds))  # for the held-out figures
@@ -192,12 +199,12 @@ def write_data(out: Path, seed: int, args, mistaken: tuple[str, ...] = ("multipl
                             {"role": "user", "content": r["question"]}],
                  "answer": r["answer"].removeprefix("#### "),
                  **({"supporting_titles": r["supporting_titles"]} if "supporting_titles" in r else {})} for r in sft]
-    teacher = [tool_conversation(recipe, r) if args.task == "tool" else search_conversation(recipe, r, rng)
+    teacher = [tool_conversation(tools, r) if args.task == "tool" else search_conversation(tools, r, rng)
                for r in sft]
-    schemas = [get_json_schema(tool) for tool in recipe.TOOLS]
+    schemas = [get_json_schema(tool) for tool in contract.environment_tools(tools)]
     logs = [{"prompt": e["prompt"], "completion": c, "usage": {"completion_tokens": 0}, "error": None,
              "tools": schemas} for e, c in zip(examples, teacher, strict=True)]
-    evaluate.score(recipe, logs, examples)  # the recipe's own rubric: the teacher's mistakes score low, not zero
+    evaluate.score(task, logs, examples)  # the recipe's own rubric: the teacher's mistakes score low, not zero
     (out / "teacher.jsonl").write_text("".join(json.dumps(row) + "\n" for row in logs))
     return recipe, rl, logs
 
@@ -274,8 +281,8 @@ def held_out(recipe, model: Path, args, out: Path, useless: bool = False) -> dic
     """Greedy held-out figures through TRL's own multi-turn loop (GRPOTrainer.evaluate) with the recipe's tools, each
     episode scored by evaluate.py with the recipe's rubric."""
     import evaluate
-    import plumbing
     import rewards
+    from grpo_recipes import contract, options
     from transformers import AutoTokenizer
     from trl import GRPOTrainer
 
@@ -284,25 +291,18 @@ def held_out(recipe, model: Path, args, out: Path, useless: bool = False) -> dic
             "--num_generations", "8", "--per_device_eval_batch_size", "50", "--num_generations_eval", "1",
             "--generation_kwargs", json.dumps({"do_sample": False}), "--gradient_checkpointing", "false"]
     recorder = Recorder()
-    script_args, training_args, _ = plumbing.parse_args(recipe.ScriptArguments, recipe.RECIPE_DEFAULTS, argv,
-                                                        reward_weights=[*recipe.REWARD_WEIGHTS, 0.0])
-    if args.task == "search":
-        recipe.load_index(script_args.corpus_path, script_args.index_dir, script_args.search_top_k,
-                          script_args.snippet_chars, script_args.passage_chars)
-    else:  # the recipe's main() does this from the same flags; put back below, for the next stage in this process
-        default_budget = recipe.TOOL_BUDGET.seconds_per_step
-        recipe.TOOL_BUDGET.seconds_per_step, recipe.TOOL_BUDGET.used = script_args.tool_seconds_per_step, 0.0
+    script_args, training_args, _ = options.parse_args(recipe.ScriptArguments, recipe.RECIPE_DEFAULTS, argv)
+    task = contract.checked_setup(recipe, script_args)  # the tools and rubric the recipe's main() builds
+    task.start()
+    training_args.reward_weights = [*task.reward_weights, 0.0]
     test = recipe.build_dataset("test", str(out / "rl"))
     tokenizer = AutoTokenizer.from_pretrained(model, padding_side="left")
-    trainer = GRPOTrainer(model=str(model), reward_funcs=[*recipe.REWARD_FUNCS, recorder], args=training_args,
-                          train_dataset=test, eval_dataset=test, processing_class=tokenizer, tools=recipe.TOOLS)
-    try:
-        metrics = trainer.evaluate()
-    finally:
-        if args.task == "tool":  # an ablation's budget of 0 would turn the next seed's teacher into errors
-            recipe.TOOL_BUDGET.seconds_per_step, recipe.TOOL_BUDGET.used = default_budget, 0.0
+    trainer = GRPOTrainer(model=str(model), reward_funcs=[*task.reward_funcs, recorder], args=training_args,
+                          train_dataset=test, eval_dataset=test, processing_class=tokenizer,
+                          environment_factory=task.environment_factory, callbacks=task.callbacks)
+    metrics = trainer.evaluate()
     rows = recorder.rows
-    evaluate.score(recipe, rows, [{key: row[key] for key in ("prompt", "answer", "supporting_titles")
+    evaluate.score(task, rows, [{key: row[key] for key in ("prompt", "answer", "supporting_titles")
                                    if row[key] is not None} for row in rows])
     calls = [rewards.tool_calls_and_results(row["completion"]) for row in rows]
     n_calls = sum(map(len, calls))
@@ -340,6 +340,7 @@ def sft_start(out: Path, seed: int, args, mistaken: tuple[str, ...] = ("multiply
     from transformers.utils.chat_template_utils import render_jinja_template
     from trl.chat_template_utils import qwen2_5_chat_template
 
+    import copying
     import offline
 
     say(f"seed {seed}: data, the teacher's conversations and the tiny model in {out}")
@@ -348,13 +349,13 @@ def sft_start(out: Path, seed: int, args, mistaken: tuple[str, ...] = ("multiply
     corpus = render_jinja_template(conversations, tools=teacher[0]["tools"],  # the text the model will read
                                    chat_template=qwen2_5_chat_template)[0]
     if args.task == "search":
-        corpus += [p["text"] for p in map(json.loads, open(out / "corpus.jsonl"))]
+        corpus += [json.loads(line)["text"] for line in (out / "corpus.jsonl").read_text().splitlines()]
     offline.build_tiny_model(out / "tiny", corpus, vocab_size=800, seed=seed,
                              hidden_size=128, num_layers=3, single_digits=True, added_tokens=("<answer>", "</answer>"))
     say(f"seed {seed}: the tiny model learns to copy from its context ({args.copy_steps} steps)")
     copy_start = time.time()
     torch.set_num_threads(args.solo_threads)
-    offline.teach_copying(out / "tiny", out / "base", sorted(set(re.findall(r"[A-Za-z]+", " ".join(corpus)))),
+    copying.teach_copying(out / "tiny", out / "base", sorted(set(re.findall(r"[A-Za-z]+", " ".join(corpus)))),
                           steps=args.copy_steps, seed=seed)
     torch.set_num_threads(1)  # the held-out figures share the machine with training
     name = recipe.__name__
@@ -427,8 +428,8 @@ def main(argv=None) -> list[dict]:
     args = parse_args(argv)
     out = Path(args.out_dir) / args.task
     if (out / "results.json").exists() and not args.overwrite_output_dir:
-        sys.exit(f"{out} already holds a demo (results.json): pass --overwrite_output_dir to replace it, or another "
-                 "--out_dir")
+        raise Refusal(f"{out} already holds a demo (results.json): pass --overwrite_output_dir to replace it, or "
+                      "another --out_dir")
     os.environ.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")  # everything is built here
     sys.path.insert(0, str(ROOT))
     import torch
@@ -448,4 +449,4 @@ def main(argv=None) -> list[dict]:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from grpo_recipes.refusal import Refusal, run_script  # noqa: E402
 
 import cpu_demo  # noqa: E402
 
@@ -43,16 +44,15 @@ def vllm_server(model: Path, max_staleness: int, log: Path):
     """`vllm serve` of the SFT start as async_grpo.py starts it (LoRA slots for max_staleness + 2 adapters, dev
     endpoints), on one thread; the CPU engine needs whole prefills (`--no-enable-chunked-prefill`) and computes in
     float32, as the trainer does (its default is bf16). Stopped when the arm ends."""
-    import async_grpo  # here: it imports torch and TRL, and `--help` should not wait for them
+    from servers import vllm_server as serve
 
     try:
-        with async_grpo.vllm_server(model, log, max_staleness + 2, "--no-enable-chunked-prefill", "--dtype", "float32",
-                                    "--max-model-len", str(MAX_MODEL_LEN), "--max-num-batched-tokens",
-                                    str(MAX_MODEL_LEN * 8),
-                                    env={"OMP_NUM_THREADS": "1", "VLLM_CPU_KVCACHE_SPACE": "1"}) as url:
+        with serve(model, log, max_staleness + 2, "--no-enable-chunked-prefill", "--dtype", "float32",
+                   "--max-model-len", str(MAX_MODEL_LEN), "--max-num-batched-tokens", str(MAX_MODEL_LEN * 8),
+                   env={"OMP_NUM_THREADS": "1", "VLLM_CPU_KVCACHE_SPACE": "1"}) as url:
             yield url
     except RuntimeError as err:  # the server did not come up: its log says why
-        sys.exit(str(err))
+        raise Refusal(str(err)) from None
 
 
 def run(script: str, argv: list[str], log: Path, **env: str) -> float:
@@ -62,7 +62,7 @@ def run(script: str, argv: list[str], log: Path, **env: str) -> float:
         proc = subprocess.run([sys.executable, str(cpu_demo.ROOT / script), *argv], cwd=cpu_demo.ROOT, stdout=f,
                               stderr=subprocess.STDOUT, env={**os.environ, "OMP_NUM_THREADS": "1", **env})
     if proc.returncode:
-        sys.exit(f"{script} failed (exit {proc.returncode}); its log: {log}")
+        raise Refusal(f"{script} failed (exit {proc.returncode}); its log: {log}")
     return time.time() - start
 
 
@@ -165,4 +165,4 @@ def main(argv=None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

@@ -33,6 +33,9 @@ from pathlib import Path
 
 from cpu_demo import run, say  # the same stages' runner: a subprocess per stage, one thread, a log each
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the package
+from grpo_recipes.refusal import Refusal, run_script  # noqa: E402
+
 ROOT = Path(__file__).resolve().parent.parent  # the repository: the recipe this experiment runs
 TEACHER_ERROR = 0.6  # how often the teacher adds where a `times` problem multiplies
 KINDS = {"plus": ("x plus {k}", "x + {k}"), "minus": ("x minus {k}", "x - {k}"), "times": ("x times {k}", "x * {k}")}
@@ -102,7 +105,8 @@ def write_data(out: Path, seed: int, args) -> list[dict]:
     examples = [code_grpo.mbpp_problem(p["row"]) for p in sft]
     logs = [{"prompt": e["prompt"], "completion": [{"role": "assistant", "content": p["teacher"]}],
              "usage": {"completion_tokens": 0}, "error": None} for e, p in zip(examples, sft, strict=True)]
-    evaluate.score(code_grpo, logs, examples)  # the recipe's own rubric: a wrong function scores 0.1, not 0
+    task = code_grpo.setup(code_grpo.ScriptArguments(test_workers=1))  # the recipe's own rubric: its test sandboxes
+    evaluate.score(task, logs, examples)  # a wrong function scores 0.1, not 0
     (out / "teacher.jsonl").write_text("".join(json.dumps(row) + "\n" for row in logs))
     return logs
 
@@ -161,7 +165,7 @@ def pass_rates(model_dir: Path, out: Path, samples: int = 0, temperature: float 
         for prompt, ids in zip(prompts, output[:, batch["input_ids"].shape[1]:], strict=True):
             rows.append({"prompt": prompt, "completion": [{"role": "assistant", "content": tokenizer.decode(
                 ids, skip_special_tokens=True)}], "usage": {"completion_tokens": 0}})
-    evaluate.score(code_grpo, rows, examples)
+    evaluate.score(code_grpo.setup(code_grpo.ScriptArguments(test_workers=1)), rows, examples)
     times = [row for row, kind in zip(rows, kinds, strict=True) if kind == "times"]
     result = {"all": statistics.mean(row["strict"] for row in rows)}
     for kind in sorted(KINDS):
@@ -230,7 +234,7 @@ def main(argv=None) -> list[dict]:
     sys.path.insert(0, str(ROOT))  # the recipe, the kit and evaluate.py, imported by the stages run in this process
     out = Path(args.out_dir)
     if (out / "results.json").exists() and not args.overwrite_output_dir:
-        sys.exit(f"{out}/results.json exists: pass --overwrite_output_dir to replace it, or another --out_dir")
+        raise Refusal(f"{out}/results.json exists: pass --overwrite_output_dir to replace it, or another --out_dir")
     results = [pipeline(seed, args) for seed in args.seeds]
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(results, indent=1))
@@ -246,4 +250,4 @@ def main(argv=None) -> list[dict]:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

@@ -1,7 +1,7 @@
 """A CPU-only demo that GRPO learns: a tiny model, an imperfect teacher, and the recipes' own entry points.
 
     python experiments/cpu_demo.py                  # one seed, about 8 minutes on 2 cores
-    python experiments/cpu_demo.py --seeds 0 1 2    # the README's table; figures in runs/cpu_demo/results.json and results.png
+    python experiments/cpu_demo.py --seeds 0 1 2    # the README's table (runs/cpu_demo/results.json, results.png)
 
 The task is one-step word problems of three kinds: "Ava has 9 shells. Ava finds 4 more. How many ...now?" (add),
 "...gives 4 to Ben. How many ...left?" (subtract) and "Ava has 9 shells. Ben has 4 shells. How many more shells does
@@ -29,6 +29,9 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the package
+from grpo_recipes.refusal import Refusal, run_script  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent  # the repository: the recipes these experiments run
 NAMES = ["Ava", "Ben", "Chidi", "Dana", "Elif", "Farid", "Grace", "Hiro", "Ines", "Jonas", "Kemi", "Luca"]
@@ -108,7 +111,7 @@ def run(script: str, *argv: str, log: Path, threads: int = 1) -> float:
         proc = subprocess.run([sys.executable, str(ROOT / script), *argv], cwd=ROOT, stdout=f, stderr=subprocess.STDOUT,
                               env={**os.environ, "OMP_NUM_THREADS": str(threads)})
     if proc.returncode:
-        sys.exit(f"{script} failed (exit {proc.returncode}); its log: {log}")
+        raise Refusal(f"{script} failed (exit {proc.returncode}); its log: {log}")
     return time.time() - start
 
 
@@ -146,7 +149,7 @@ def accuracy(model_dir: Path, data_dir: Path) -> dict:
     evaluate.score(gsm8k_grpo, rows, examples)
     result = {"all": sum(row["strict"] for row in rows) / len(rows)}
     for kind in KINDS:
-        result[kind] = sum(row["strict"] for row, k in zip(rows, kinds) if k == kind) / kinds.count(kind)
+        result[kind] = sum(row["strict"] for row, k in zip(rows, kinds, strict=True) if k == kind) / kinds.count(kind)
     result["sample"] = rows[0]["completion"][0]["content"]
     return result
 
@@ -250,8 +253,8 @@ def plot(results: list[dict], path: Path) -> None:
 def main(argv=None) -> list[dict]:
     args = parse_args(argv)
     if (Path(args.out_dir) / "results.json").exists() and not args.overwrite_output_dir:
-        sys.exit(f"{args.out_dir} already holds a demo (results.json): pass --overwrite_output_dir to replace it, or "
-                 "another --out_dir")
+        raise Refusal(f"{args.out_dir} already holds a demo (results.json): pass --overwrite_output_dir to replace it, "
+                      "or another --out_dir")
     os.environ.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")  # everything is built here
     sys.path.insert(0, str(ROOT))
     results = [pipeline(seed, args) for seed in args.seeds]
@@ -267,4 +270,4 @@ def main(argv=None) -> list[dict]:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

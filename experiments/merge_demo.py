@@ -27,6 +27,9 @@ from pathlib import Path
 from agent_demo import TASK_DEFAULTS, grpo_argv, held_out, sft_start
 from cpu_demo import run, say
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the package
+from grpo_recipes.refusal import Refusal, run_script  # noqa: E402
+
 ROOT = Path(__file__).resolve().parent.parent  # the repository: the recipes these experiments run
 SKILLS = ("multiply", "subtract")
 MERGES = {"linear": {"weights": [0.5, 0.5]}, "task_arithmetic": {"weights": [1.0, 1.0]},
@@ -45,7 +48,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--n_sft", type=int, default=2000, help="teacher conversations for SFT")
     parser.add_argument("--n_rl", type=int, default=800, help="RL problems, both kinds (true answers only)")
     parser.add_argument("--n_test", type=int, default=500, help="held-out problems, both kinds")
-    parser.add_argument("--copy_steps", type=int, default=1600, help="steps of offline.teach_copying (at 800, seed 1's "
+    parser.add_argument("--copy_steps", type=int, default=1600, help="steps of copying.teach_copying (at 800, seed 1's "
                         "SFT stalled at loss 0.35 and its start could not copy a result; at 1600, 0.06 by step 125)")
     parser.add_argument("--sft_steps", type=int, default=250, help="SFT steps, batch 32, lr 1e-3 cosine")
     parser.add_argument("--grpo_steps", type=int, default=50, help="each specialist's GRPO steps (joint: twice)")
@@ -131,7 +134,7 @@ def plot(results: list[dict], path: Path) -> None:
             "joint": "joint GRPO (same compute)"}
     arms = {key: label for key, label in arms.items() if key == "specialist" or key in results[0]}
     width = 0.8 / len(arms)
-    for axis, skill in zip(figure.subplots(1, len(SKILLS)), SKILLS):
+    for axis, skill in zip(figure.subplots(1, len(SKILLS)), SKILLS, strict=True):
         for i, (key, label) in enumerate(arms.items()):
             key = f"specialist_{skill}" if key == "specialist" else key
             seeds = [r["seed"] + (i - (len(arms) - 1) / 2) * width for r in results]
@@ -146,8 +149,8 @@ def main(argv=None) -> list[dict]:
     args = parse_args(argv)
     out = Path(args.out_dir)
     if (out / "results.json").exists() and not args.overwrite_output_dir:
-        sys.exit(f"{out} already holds a demo (results.json): pass --overwrite_output_dir to replace it, or another "
-                 "--out_dir")
+        raise Refusal(f"{out} already holds a demo (results.json): pass --overwrite_output_dir to replace it, or "
+                      "another --out_dir")
     os.environ.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")  # everything is built here
     sys.path.insert(0, str(ROOT))
     import torch
@@ -172,4 +175,4 @@ def main(argv=None) -> list[dict]:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

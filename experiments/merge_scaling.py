@@ -20,6 +20,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from grpo_recipes.refusal import Refusal, run_script  # noqa: E402
 
 from cpu_demo import say  # noqa: E402
 
@@ -35,7 +36,7 @@ def main(argv=None) -> dict:
     args = parser.parse_args(argv)
     args.out = args.out or args.demo / "scaling.json"
     if not (args.demo / "results.json").exists():
-        sys.exit(f"{args.demo} holds no results.json: pass a merge_demo.py --out_dir, e.g. runs/merge_demo")
+        raise Refusal(f"{args.demo} holds no results.json: pass a merge_demo.py --out_dir, e.g. runs/merge_demo")
     demo = json.loads((args.demo / "results.json").read_text())
     results = {r["seed"]: r for r in demo["results"] if args.seeds is None or r["seed"] in args.seeds}
     os.environ.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
@@ -67,7 +68,8 @@ def main(argv=None) -> dict:
         table[seed]["accuracy"] = {name: {skill: result[name][f"accuracy_{skill}"] for skill in merge_demo.SKILLS}
                                    for name in evaluated}
     args.out.write_text(json.dumps(table, indent=1))
-    print("share of each specialist's gain kept (multiply / subtract); half_<skill>: that specialist at half its update")
+    print("share of each specialist's gain kept (multiply / subtract); half_<skill>: that specialist at half its "
+          "update")
     names = [n for n in next(iter(table.values())) if n != "accuracy"]
     print("seed  " + "  ".join(f"{n:>22}" for n in names))
     for seed, row in table.items():
@@ -75,7 +77,8 @@ def main(argv=None) -> dict:
         for name in names:
             kept = [row[name][skill] for skill in merge_demo.SKILLS]
             if name.startswith("half_"):  # only its own skill means anything
-                kept = [k if name == f"half_{skill}" else None for k, skill in zip(kept, merge_demo.SKILLS)]
+                kept = [k if name == f"half_{skill}" else None
+                        for k, skill in zip(kept, merge_demo.SKILLS, strict=True)]
             cells.append(" / ".join("   -" if k is None else f"{k:>4.0%}" for k in kept))
         print(f"{seed:>4}  " + "  ".join(f"{c:>22}" for c in cells))
     say(f"wrote {args.out}")
@@ -83,4 +86,4 @@ def main(argv=None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

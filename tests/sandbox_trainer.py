@@ -3,7 +3,8 @@
     python sandbox_trainer.py     # JSON requests on stdin, one JSON answer per line on stdout
 
 Requests: {"op": "run", "code": ...}, {"op": "protections"}, {"op": "state"} (this process's pid, limits and
-OOM score, the pids below the sandbox's engine process, and what is left in the calls' directory on this disk). It ends when its stdin closes.
+OOM score, the pids below the sandbox's engine process, and what is left in the calls' directory on this disk). It ends
+when its stdin closes.
 """
 
 import json
@@ -11,7 +12,7 @@ import os
 import resource
 import sys
 
-from sandbox import Sandbox
+from grpo_recipes.sandbox import Sandbox
 
 
 def descendants(root: int) -> list[int]:

@@ -8,6 +8,7 @@ import pytest
 
 import agent_demo
 import rewards
+from grpo_recipes.refusal import Refusal
 
 
 def read(path: Path) -> list[dict]:
@@ -83,7 +84,7 @@ def test_turn_credit_weights_the_recipes_turn_level_reward_and_nothing_else(task
 
 @pytest.mark.parametrize("weight", ["1", "-0.1", "2.5"])
 def test_a_turn_credit_that_could_outweigh_a_correct_answer_is_one_line(weight, capsys):
-    with pytest.raises(SystemExit):
+    with pytest.raises(SystemExit):  # argparse's usage error, in the script's own parse_args
         agent_demo.parse_args(["--task", "search", "--turn_credit", weight])
     error = capsys.readouterr().err.strip().splitlines()[-1]
     assert "--turn_credit" in error and "[0, 1)" in error
@@ -92,7 +93,7 @@ def test_a_turn_credit_that_could_outweigh_a_correct_answer_is_one_line(weight, 
 def test_an_earlier_demo_is_never_replaced_without_asking(tmp_path):
     (tmp_path / "tool").mkdir()
     (tmp_path / "tool" / "results.json").write_text("{}")
-    with pytest.raises(SystemExit, match="already holds a demo .* --overwrite_output_dir"):
+    with pytest.raises(Refusal, match="already holds a demo .* --overwrite_output_dir"):
         agent_demo.main(["--task", "tool", "--out_dir", str(tmp_path)])
 
 

@@ -1,10 +1,8 @@
 """async_grpo.py's pieces that need no vLLM server: the weighted rubric the async trainer can send to its reward
-process, how a recipe's defaults carry over, and the CPU's tree attention (the server checks run in the vLLM tier, tests/test_vllm.py)."""
+process, how a recipe's defaults carry over, and the CPU's tree attention (the server checks run in the vLLM tier,
+tests/test_vllm.py; every recipe's rewards and tools rebuilding in a spawned process, in tests/test_contract.py)."""
 
-import json
 import pickle
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,8 +13,9 @@ from trl.trainer.utils import get_callable_name
 
 import async_grpo
 import gsm8k_grpo
-import plumbing
 import rewards
+from grpo_recipes import options, trl_patches
+from grpo_recipes.refusal import Refusal
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -26,7 +25,8 @@ def completion(answer: str) -> list[dict]:
 
 
 def test_each_reward_is_scaled_by_its_weight_under_its_own_name_and_survives_pickling():
-    weighted = [async_grpo.WeightedReward(f, w) for f, w in zip(gsm8k_grpo.REWARD_FUNCS, gsm8k_grpo.REWARD_WEIGHTS)]
+    weighted = [async_grpo.WeightedReward(f, w)
+                for f, w in zip(gsm8k_grpo.REWARD_FUNCS, gsm8k_grpo.REWARD_WEIGHTS, strict=True)]
     copies = pickle.loads(pickle.dumps(weighted))  # what the trainer's child process receives
     scored = {get_callable_name(f): f([completion("18"), completion("17")], answer=["18", "18"]) for f in copies}
     assert scored["correctness_reward"] == [2.0, 0.0]  # weight 2
@@ -37,7 +37,7 @@ def test_each_reward_is_scaled_by_its_weight_under_its_own_name_and_survives_pic
 
 
 def test_a_reward_that_cannot_pickle_is_one_line():
-    with pytest.raises(SystemExit, match="lambda_reward cannot be sent .*module-level function"):
+    with pytest.raises(Refusal, match="lambda_reward cannot be sent .*module-level function"):
         async_grpo.check_picklable({"lambda_reward": lambda completions, **kw: [0.0] * len(completions)})
 
 
@@ -66,7 +66,7 @@ def test_the_cpu_tree_attention_gives_each_packed_sample_the_logits_it_has_alone
     transformers' SDPA and a tree mask. Every trained token's logits match the sample's own unpacked forward; a
     plain causal mask over the same packed row (each sample seeing the others) does not."""
     packing.register_tree_attention()
-    AttentionInterface.register(packing.TREE_ATTENTION, async_grpo.sdpa_tree_attention)
+    AttentionInterface.register(packing.TREE_ATTENTION, trl_patches.sdpa_tree_attention)
     alone = AutoModelForCausalLM.from_pretrained(kit / "tiny-qwen2", attn_implementation="sdpa").eval()
     tree = AutoModelForCausalLM.from_pretrained(kit / "tiny-qwen2", attn_implementation=packing.TREE_ATTENTION).eval()
     row = packing.TreeRow()
@@ -89,59 +89,13 @@ def test_the_cpu_tree_attention_gives_each_packed_sample_the_logits_it_has_alone
 
 def parse(*argv: str):
     defaults, _ = async_grpo.recipe_defaults(gsm8k_grpo)
-    return plumbing.parse_args(gsm8k_grpo.ScriptArguments, defaults, list(argv),
+    return options.parse_args(gsm8k_grpo.ScriptArguments, defaults, list(argv),
                                config_class=async_grpo.AsyncRecipeConfig)[1]
 
 
 def test_max_staleness_0_is_trls_strict_policy_and_a_step_takes_the_recipes_batch():
     assert parse("--max_staleness", "0").max_staleness == 0  # only rollouts of the current policy version
-    with pytest.raises(SystemExit, match="--max_staleness -1"):
+    with pytest.raises(Refusal, match="--max_staleness -1"):
         parse("--max_staleness", "-1")
     args = parse("--per_device_train_batch_size", "8")
     assert args.token_budget == 0 and args.per_device_train_batch_size == 8  # 8 samples a step, not what fits
-
-
-TOOL_RECIPE_FLAGS = {"tool_use_grpo": ["--tool_timeout", "1"], "search_agent_grpo": []}
-PROBE = f"""
-import inspect, json, pickle, sys
-sys.path.insert(0, {str(ROOT)!r})
-from transformers.utils import get_json_schema
-calls = {{"python": ["print(6 * 7)", "while True:\\n    pass"], "search": ["born"], "read": ["nobody"]}}
-found = {{}}
-for recipe, factory in pickle.loads(sys.stdin.buffer.read()).items():
-    environment = factory()  # what TRL's rollout loop does with environment_factory
-    names = [name for name, _ in inspect.getmembers(type(environment), predicate=inspect.isfunction)]
-    tools = [getattr(environment, name) for name in names if name != "reset"]
-    environment.reset(prompt=[], answer="1")
-    found[recipe] = {{"names": names, "schemas": [get_json_schema(t) for t in tools],
-                     "results": {{t.__name__: [t(a) for a in calls[t.__name__]] for t in tools}}}}
-print(json.dumps(found))
-"""
-
-
-def test_a_tool_recipes_tools_reach_the_rollout_process_readied_with_the_runs_flags(kit, tmp_path):
-    """The async trainer runs tools in a spawned child that imports the recipe afresh (no index, no sandbox of the
-    parent's). RecipeTools pickles, and in a fresh interpreter makes an environment whose tools TRL lists (plain
-    functions on the class) with the recipe's own schemas, readied with the run's flags (the kit's corpus; a
-    one-second tool timeout), and answering. Both tool recipes in one interpreter, as a fork could mix them."""
-    from transformers.utils import get_json_schema
-
-    modules = {recipe: __import__(recipe) for recipe in TOOL_RECIPE_FLAGS}
-    script_args = {recipe: plumbing.parse_args(module.ScriptArguments, module.RECIPE_DEFAULTS, [
-        "--config", str(kit / f"{recipe}.yaml"), "--output_dir", str(tmp_path), *TOOL_RECIPE_FLAGS[recipe]])[0]
-        for recipe, module in modules.items()}
-    factories = {recipe: async_grpo.RecipeTools(recipe, script_args[recipe]) for recipe in modules}
-    proc = subprocess.run([sys.executable, "-c", PROBE], input=pickle.dumps(factories), capture_output=True,
-                          cwd=tmp_path, timeout=300, check=False)
-    assert proc.returncode == 0, proc.stderr.decode()[-3000:]
-    found = json.loads(proc.stdout.decode().strip().splitlines()[-1])
-    for recipe, module in modules.items():
-        assert sorted(found[recipe]["names"]) == sorted(["reset", *(tool.__name__ for tool in module.TOOLS)])
-        assert sorted(found[recipe]["schemas"], key=str) == sorted(map(get_json_schema, module.TOOLS), key=str)
-    python = found["tool_use_grpo"]["results"]["python"]
-    assert python[0].strip() == "42"
-    assert python[1].startswith("Error: timed out after 1")  # the run's --tool_timeout, not the default 2 s
-    # the kit's corpus, indexed in the child from the config's corpus_path
-    corpus = Path(script_args["search_agent_grpo"].corpus_path).read_text().splitlines()
-    search = found["search_agent_grpo"]["results"]["search"][0]
-    assert any(json.loads(line)["title"] in search for line in corpus), search

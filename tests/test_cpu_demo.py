@@ -8,6 +8,7 @@ import pytest
 import cpu_demo
 import offline
 import rewards
+from grpo_recipes.refusal import Refusal
 
 
 def read(path: Path) -> list[dict]:
@@ -33,7 +34,7 @@ def test_a_run_shorter_than_the_logging_interval_still_plots(tmp_path):
 
 def test_an_earlier_demo_is_never_replaced_without_asking(tmp_path):
     (tmp_path / "results.json").write_text("{}")
-    with pytest.raises(SystemExit, match="already holds a demo .* --overwrite_output_dir"):
+    with pytest.raises(Refusal, match="already holds a demo .* --overwrite_output_dir"):
         cpu_demo.main(["--out_dir", str(tmp_path)])
 
 

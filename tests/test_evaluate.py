@@ -1,4 +1,5 @@
-"""evaluate.py against a real OpenAI-compatible server: `transformers serve` of the tiny local model (conftest.server)."""
+"""evaluate.py against a real OpenAI-compatible server: `transformers serve` of the tiny local model
+(conftest.server)."""
 
 import json
 import subprocess
@@ -22,7 +23,8 @@ def test_a_single_turn_recipe_is_scored_with_its_own_rubric(reader_server, kit, 
     rows, saved, printed = run(["gsm8k_grpo", "--base_url", base_url, "--model", model, "-n", "3", "-r", "2",
                                 "--dataset_path", str(kit / "gsm8k_toy"), "--max_tokens", "24", "--concurrency", "2"],
                                tmp_path, capsys)
-    assert len(saved) == 6 and [(r["example"], r["rollout"]) for r in saved] == [(i, j) for i in range(3) for j in range(2)]
+    assert len(saved) == 6
+    assert [(r["example"], r["rollout"]) for r in saved] == [(i, j) for i in range(3) for j in range(2)]
     assert set(saved[0]["scores"]) == {"correctness_reward", "integer_answer_reward", "strict_format_reward",
                                        "soft_format_reward", "xml_tag_count_reward"}
     assert all(r["error"] is None for r in saved), saved[0]["error"]
@@ -36,10 +38,11 @@ def test_a_tool_recipe_runs_its_tools_locally_between_turns(server, kit, tmp_pat
     rows, saved, printed = run(["tool_use_grpo", "--base_url", base_url, "--model", model, "-n", "4",
                                 "--dataset_path", str(kit / "gsm8k_toy"), "--max_tokens", "48", "--temperature", "0",
                                 "--max_turns", "1"], tmp_path, capsys)
-    tool_results = [(m_call, m_result) for r in saved for m_call, m_result in zip(r["completion"], r["completion"][1:])
+    tool_results = [(m_call, m_result) for r in saved
+                    for m_call, m_result in zip(r["completion"], r["completion"][1:], strict=False)
                     if m_result["role"] == "tool"]
     assert tool_results, "the model made no tool call through the OpenAI tools API"
-    from sandbox import Sandbox
+    from grpo_recipes.sandbox import Sandbox
 
     fresh = Sandbox()
     for call_message, result in tool_results:
@@ -76,7 +79,7 @@ def test_failed_requests_count_as_attempts_that_got_nothing_right():
 
     rows = [row(0, False, "APIError"), row(0, False, "APIError"), row(0, False), row(0, False),
             row(1, True), row(1, False), row(1, False), row(1, False, "APIError")]
-    summary = evaluate.summarize(gsm8k_grpo, rows, rollouts=4)
+    summary = evaluate.summarize(gsm8k_grpo.setup(gsm8k_grpo.ScriptArguments()), rows, rollouts=4)
     assert "8 rollouts, 3 failed on API errors (counted as wrong below)" in summary
     assert "strict accuracy 12.5%" in summary  # 1 of 8 attempted, not 1 of 5 answered
     assert "pass@4 50.0%" in summary  # example 0: 0 of 4 right -> 0; example 1: 1 of 4 -> 1
@@ -113,8 +116,8 @@ def test_an_earlier_out_is_never_replaced_without_asking(tmp_path):
                           capture_output=True, text=True, timeout=120, cwd=ROOT, check=False)
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     assert proc.stderr.strip().splitlines()[-1] == (f"--out {out} already holds 2 rollouts: pass another --out (e.g. "
-                                                     f"{tmp_path / 'results-2.jsonl'}) to keep both, or --overwrite_out "
-                                                     "to replace it")
+                                                    f"{tmp_path / 'results-2.jsonl'}) to keep both, or --overwrite_out "
+                                                    "to replace it")
     assert out.read_text() == '{"paid": "for"}\n{"paid": "too"}\n'
 
 
@@ -207,6 +210,6 @@ def test_every_request_failing_exits_non_zero_and_writes_nothing(kit, tmp_path):
     finally:
         server.shutdown()
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
-    assert proc.stderr.strip().splitlines()[-1] == (f"all 2 requests failed, none written to --out; the first: HTTP 500 "
-                                                    f"from {url}/chat/completions: cannot parse the tool call")
+    assert proc.stderr.strip().splitlines()[-1] == ("all 2 requests failed, none written to --out; the first: HTTP "
+                                                    f"500 from {url}/chat/completions: cannot parse the tool call")
     assert not out.exists()

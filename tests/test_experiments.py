@@ -55,17 +55,17 @@ def test_async_demo_gives_both_arms_the_same_grpo_settings_and_each_script_takes
     import async_grpo
     import cpu_demo
     import gsm8k_grpo
-    import plumbing
+    from grpo_recipes import options
 
     args = cpu_demo.parse_args(["--grpo_steps", "12"])
     args.lora_lr = 2e-4
     flags = async_demo.arm_argv(tmp_path, tmp_path / "sync", 0, args, None)
     assert flags[-3:] == ["--use_vllm", "--vllm_mode", "colocate"]  # (parsed without: vLLM is the vLLM tier's)
-    sync = plumbing.parse_args(gsm8k_grpo.ScriptArguments, gsm8k_grpo.RECIPE_DEFAULTS, flags[:-3])[1]
+    sync = options.parse_args(gsm8k_grpo.ScriptArguments, gsm8k_grpo.RECIPE_DEFAULTS, flags[:-3])[1]
     defaults, _ = async_grpo.recipe_defaults(gsm8k_grpo)
     for staleness in (0, 2):
         flags = async_demo.arm_argv(tmp_path, tmp_path / "async", 0, args, staleness)
-        late = plumbing.parse_args(gsm8k_grpo.ScriptArguments, defaults, flags,
+        late = options.parse_args(gsm8k_grpo.ScriptArguments, defaults, flags,
                                    config_class=async_grpo.AsyncRecipeConfig)[1]
         assert late.max_staleness == staleness
         for name in ("max_steps", "learning_rate", "per_device_train_batch_size", "num_generations", "temperature",

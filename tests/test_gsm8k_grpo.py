@@ -9,11 +9,20 @@ import subprocess
 import sys
 from pathlib import Path
 
+import warnings
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import gsm8k_grpo
-import plumbing
+import rewards
 from conftest import ROOT
+from gsm8k_grpo import REWARD_FUNCS, REWARD_WEIGHTS, soft_format_reward, strict_format_reward, xml_tag_count_reward
+from test_answers import percent_pairs
+from test_rewards import completion
+from grpo_recipes import options
+from grpo_recipes.refusal import Refusal
 
 
 def run_recipe(kit: Path, *extra: str, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -60,13 +69,13 @@ def test_build_dataset_reads_a_single_jsonl_or_parquet_file(kit, tmp_path):
 def test_a_dataset_without_gsm8k_columns_gets_a_one_line_error(tmp_path, kit):
     bad = tmp_path / "bad.jsonl"
     bad.write_text(json.dumps({"problem": "1 + 1?", "solution": "2"}) + "\n")
-    with pytest.raises(SystemExit, match=r"lacks column\(s\) \['answer', 'question'\].*rename them"):
+    with pytest.raises(Refusal, match=r"lacks column\(s\) \['answer', 'question'\].*rename them"):
         gsm8k_grpo.main(["--model_name_or_path", str(kit / "tiny-qwen2"), "--dataset_path", str(bad),
                          "--eval_strategy", "no", "--output_dir", str(tmp_path / "out")])
 
 
 def test_a_single_file_without_a_test_split_says_how_to_train_without_eval(tmp_path, kit):
-    with pytest.raises(SystemExit, match="--eval_strategy no"):
+    with pytest.raises(Refusal, match="--eval_strategy no"):
         gsm8k_grpo.main(["--model_name_or_path", str(kit / "tiny-qwen2"), "--output_dir", str(tmp_path / "out"),
                          "--dataset_path", str(kit / "gsm8k_toy" / "train.jsonl")])
 
@@ -74,43 +83,44 @@ def test_a_single_file_without_a_test_split_says_how_to_train_without_eval(tmp_p
 # ------------------------------------------------------------------------------------------ config and pre-flight
 def parse_args(argv: list[str]):
     """The recipe's own options, parsed as its main() parses them."""
-    return plumbing.parse_args(gsm8k_grpo.ScriptArguments, gsm8k_grpo.RECIPE_DEFAULTS, argv,
-                               reward_weights=gsm8k_grpo.REWARD_WEIGHTS)
+    return options.parse_args(gsm8k_grpo.ScriptArguments, gsm8k_grpo.RECIPE_DEFAULTS, argv)
 
 
 def test_the_defaults_are_a_valid_one_gpu_config_with_the_recipe_rewards():
-    _, args, model_args = parse_args([])
+    script_args, args, model_args = parse_args([])
     assert model_args.model_name_or_path == "Qwen/Qwen2.5-1.5B-Instruct"
     assert args.generation_batch_size % args.num_generations == 0
-    assert args.reward_weights == gsm8k_grpo.REWARD_WEIGHTS
-    assert len(gsm8k_grpo.REWARD_FUNCS) == len(gsm8k_grpo.REWARD_WEIGHTS)
+    assert args.reward_weights is None  # the rubric's own, set by training.prepare unless --reward_weights is given
+    task = gsm8k_grpo.setup(script_args)
+    assert task.reward_funcs == gsm8k_grpo.REWARD_FUNCS and task.reward_weights == [2.0, 0.5, 0.5, 0.5, 0.5]
     assert args.eval_strategy == "steps"
 
 
 def test_a_model_without_a_chat_template_is_refused_before_training(kit, tmp_path):
     model = shutil.copytree(kit / "tiny-qwen2", tmp_path / "no-template")
     (model / "chat_template.jinja").unlink()
-    with pytest.raises(SystemExit, match="has no chat template"):
+    with pytest.raises(Refusal, match="has no chat template"):
         gsm8k_grpo.main(["--model_name_or_path", str(model), "--dataset_path", str(kit / "gsm8k_toy")])
 
 
 def test_reward_weights_of_the_wrong_length_are_refused_before_training(kit):
-    with pytest.raises(SystemExit, match=r"--reward_weights has 2 values for 5 reward functions"):
+    with pytest.raises(Refusal, match=r"--reward_weights has 2 values for 5 reward functions"):
         gsm8k_grpo.main(["--model_name_or_path", str(kit / "tiny-qwen2"), "--reward_weights", "1.0", "2.0"])
 
 
 def test_quantization_without_lora_is_refused_before_loading_the_model(kit):
-    with pytest.raises(SystemExit, match="add --use_peft"):
+    with pytest.raises(Refusal, match="add --use_peft"):
         gsm8k_grpo.main(["--model_name_or_path", str(kit / "tiny-qwen2"), "--use_peft", "false", "--load_in_4bit"])
 
 
 def test_a_folder_without_a_test_file_names_the_missing_split(kit, tmp_path):
-    data = tmp_path / "train_only"
-    data.mkdir()
-    shutil.copy(kit / "gsm8k_toy" / "train.jsonl", data / "train.jsonl")
-    with pytest.raises(SystemExit, match="test"):
-        gsm8k_grpo.main(["--model_name_or_path", str(kit / "tiny-qwen2"), "--dataset_path", str(data),
+    folder = tmp_path / "train_only"
+    folder.mkdir()
+    shutil.copy(kit / "gsm8k_toy" / "train.jsonl", folder / "train.jsonl")
+    with pytest.raises(Refusal) as refusal:
+        gsm8k_grpo.main(["--model_name_or_path", str(kit / "tiny-qwen2"), "--dataset_path", str(folder),
                          "--output_dir", str(tmp_path / "out")])
+    assert str(refusal.value) == f"{folder}: no 'test' split there (it has train); name the files test.jsonl"
 
 
 def test_the_command_line_prints_one_line_not_a_traceback(kit):
@@ -131,7 +141,7 @@ def test_offline_run_trains_evaluates_checkpoints_and_resumes(kit):
     assert (out / "checkpoint-2" / "model.safetensors").exists() and (out / "model.safetensors").exists()
     assert (out / "training_curves.png").stat().st_size > 10_000  # the plot of rewards and lengths over steps
     logged = set().union(*state["log_history"])
-    for reward in gsm8k_grpo.REWARD_FUNCS:
+    for reward in gsm8k_grpo.REWARD_FUNCS:  # every reward of the rubric, logged by name
         assert f"rewards/{reward.__name__}/mean" in logged
         assert f"eval_rewards/{reward.__name__}/mean" in logged  # held-out curve next to the training reward
     assert sorted((out / "completions").glob("completions_*.parquet")), "--log_completions wrote no completions"
@@ -147,7 +157,8 @@ def test_offline_run_trains_evaluates_checkpoints_and_resumes(kit):
     resumed = run_recipe(kit, "--output_dir", str(out), "--resume_from_checkpoint", str(out / "checkpoint-2"))
     steps = train_logs(resumed.stdout)
     assert [log["step"] for log in steps] == [3, 4], "a resumed run must train only the two steps after the checkpoint"
-    assert [log["learning_rate"] for log in steps] == pytest.approx([lr_by_step[3], lr_by_step[4]], rel=1e-2)  # 3 digits
+    # the logged rates carry 3 digits
+    assert [log["learning_rate"] for log in steps] == pytest.approx([lr_by_step[3], lr_by_step[4]], rel=1e-2)
 
 
 def test_use_peft_trains_and_saves_a_lora_adapter(kit, tmp_path):
@@ -202,12 +213,143 @@ def test_the_accelerate_configs_load_with_the_engine_they_name():
     assert all(c.num_processes == -1 for c in engines.values())  # none fixes the count: the command line gives it
 
 
-def test_every_recipe_reward_and_tool_pickles_for_trls_async_grpo_worker():
-    import pickle
+# ------------------------------------------------------------------------------------------------------- the rubric
+QUESTION = "Mia has 18 stickers and gives away 0 of them. How many stickers does she have now?"
+GOOD = "<reasoning>\nShe has 3 packs of 5, so 3 * 5 = 15, plus 3 is 18.\n</reasoning>\n<answer>\n18\n</answer>"
 
-    import search_agent_grpo
-    import tool_use_grpo
 
-    for recipe in (gsm8k_grpo, tool_use_grpo, search_agent_grpo):
-        for func in recipe.REWARD_FUNCS + list(getattr(recipe, "TOOLS", [])):
-            assert pickle.loads(pickle.dumps(func)).__name__ == func.__name__
+def chat(text):
+    return [{"role": "assistant", "content": text}]
+
+
+def weighted_total(completion, gold="18") -> float:
+    return sum(w * f(completions=[completion], answer=[gold])[0] for f, w in zip(REWARD_FUNCS, REWARD_WEIGHTS,
+                                                                                  strict=True))
+
+
+def answer_block(inner: str) -> str:
+    return f"<reasoning>\nworking\n</reasoning>\n<answer>\n{inner}\n</answer>"
+
+
+@pytest.mark.parametrize("predicted, gold, right", percent_pairs())
+def test_a_percent_at_the_wrong_scale_stays_below_the_ceiling_of_a_wrong_answer(predicted, gold, right):
+    if not right:  # the recipe's stated ceiling for a wrong answer is 2.0 of its 4.0
+        assert weighted_total(chat(answer_block(predicted)), gold) <= 2.0
+
+
+
+
+def test_a_batch_of_degenerate_completions_scores_in_under_a_second():
+    import time
+
+    from benchmarks.bench_rewards import degenerate_batch
+
+    batch = degenerate_batch()
+    start = time.perf_counter()
+    for reward in REWARD_FUNCS:
+        reward(completions=batch, answer=["7"] * len(batch))
+    assert time.perf_counter() - start < 1.0
+
+
+
+
+def test_the_readme_rubric_table_is_the_recipe_rubric():
+    from conftest import ROOT
+
+    readme = (ROOT / "README.md").read_text()
+    assert rewards.rubric_table(REWARD_FUNCS, REWARD_WEIGHTS) in readme
+
+
+
+
+# ------------------------------------------------------------------------------------------------- format rewards
+@pytest.mark.parametrize("text, strict, soft", [
+    (GOOD, 1.0, 1.0),
+    (GOOD + "\n", 1.0, 1.0),                                           # the gist demanded a trailing newline
+    ("<reasoning>\nline one\nline two\n</reasoning>\n<answer>\n18\n</answer>", 1.0, 1.0),  # multi-line (DOTALL)
+    ("<reasoning>working</reasoning><answer>18</answer>", 0.0, 1.0),   # right order, no newlines
+    ("<reasoning>\n\n</reasoning>\n<answer>\n\n</answer>", 0.0, 1.0),  # empty blocks
+    ("<answer>\n18\n</answer>\n<reasoning>\nworking\n</reasoning>", 0.0, 0.0),  # wrong order
+    (GOOD + "\nP.S. 19", 0.0, 1.0),                                    # trailing text
+    (GOOD + GOOD, 0.0, 0.0),                                           # everything twice
+    ("<reasoning>\nworking\n</reasoning>", 0.0, 0.0),
+])
+def test_strict_and_soft_format(text, strict, soft):
+    assert strict_format_reward([chat(text)]) == [strict]
+    assert soft_format_reward([chat(text)]) == [soft]
+
+
+def test_format_rewards_take_other_tag_names():
+    think = "<think>\nworking\n</think>\n<answer>\n18\n</answer>"
+    assert strict_format_reward([chat(think)], reasoning_tag="think") == [1.0]
+    assert strict_format_reward([chat(think)]) == [0.0]
+
+
+@pytest.mark.parametrize("text, credit", [
+    (GOOD, 1.0),
+    ("<reasoning>\nworking\n</reasoning>", 0.5),
+    (GOOD + " trailing", 0.75),
+    ("<reasoning></reasoning>" * 50 + "<answer></answer>", 0.5),       # repeated tags earn nothing
+    ("<answer>\n18\n</answer>" + "x" * 100_000, 0.25),                 # bounded penalty, not -len(text)
+    ("", 0.0),
+])
+def test_xml_tag_count_gives_bounded_partial_credit_that_repetition_cannot_farm(text, credit):
+    assert xml_tag_count_reward([chat(text)]) == [credit]
+
+
+
+
+# ------------------------------------------------------------------------------- the design rule, probed adversarially
+ADVERSARIAL = {
+    "wrong answer, perfect format": answer_block("19"),
+    "several answer blocks": GOOD + "\n<answer>\n18\n</answer>",
+    "answer list": answer_block("17, 18, 19"),
+    "every number from 0 to 100": answer_block(", ".join(map(str, range(101)))),
+    "tags in the wrong order": "<answer>\n18\n</answer>\n<reasoning>\nworking\n</reasoning>",
+    "answer hidden in the reasoning": "<reasoning>\n<answer>18</answer>\n</reasoning>\n<answer>\n\n</answer>",
+    "correct, then trailing garbage": GOOD + "\nActually it might be 19.",
+    "correct but no reasoning": "<answer>\n18\n</answer>",
+    "bare number": "18",
+    "repeated tags to farm partial credit": "<reasoning></reasoning>" * 100 + "<answer></answer>" * 100,
+    "giant output": "<reasoning>\n" + "18 " * 200_000 + "\n</reasoning>\n<answer>\n18 18\n</answer>",
+    "giant answer": answer_block("1" * 5000),
+    "empty string": "",
+    "whitespace": " \n\t ",
+    "nested tags": "<reasoning>\n<reasoning>\nx\n</reasoning>\n</reasoning>\n<answer>\n18\n</answer>",
+    "answer tag injected into the answer": answer_block("18</answer><answer>18"),
+    "uppercase tags": GOOD.upper(),
+    "correct number, wrong sign": answer_block("-18"),
+    "correct number, unicode minus sign": answer_block("\u221218"),
+    "several answer blocks, the last one right": answer_block("17") + "\n<answer>\n18\n</answer>",
+    "unicode digits": answer_block("١٨"),
+    "markdown-wrapped answer": answer_block("**18**"),
+    "the question copied as the answer": answer_block(QUESTION),
+    "guesses in a set": answer_block("{17, 18, 19}"),
+    "guess then correction": answer_block("17, no wait, 18"),
+    "deeply nested tags": "<reasoning>" * 500 + "18" + "</reasoning>" * 500 + "<answer>18</answer>",
+    "1 MB of trailing text": GOOD + "18 " * 350_000,
+}
+NON_STRING = {"None content": [{"role": "assistant", "content": None}],
+              "int content": [{"role": "assistant", "content": 18}],
+              "no assistant message": [{"role": "user", "content": GOOD}], "garbage list": [None, 3, "x"],
+              "None": None, "number": 18, "dict": {"content": GOOD}}
+
+
+def test_a_genuine_answer_scores_the_maximum():
+    assert weighted_total(chat(GOOD)) == pytest.approx(sum(REWARD_WEIGHTS))
+
+
+@pytest.mark.parametrize("name", sorted(ADVERSARIAL) + sorted(NON_STRING))
+def test_no_adversarial_completion_scores_as_high_as_a_genuine_one(name):
+    completion = chat(ADVERSARIAL[name]) if name in ADVERSARIAL else NON_STRING[name]
+    assert weighted_total(completion) < weighted_total(chat(GOOD))
+
+
+@settings(max_examples=300, deadline=None)
+@given(completions=st.lists(completion, min_size=1, max_size=4))
+def test_the_format_rewards_never_raise_and_each_returns_one_float_in_range(completions):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the safety net in rewards.score_each must not be what keeps this passing
+        for reward in (strict_format_reward, soft_format_reward, xml_tag_count_reward):
+            scores = reward(completions=completions)
+            assert len(scores) == len(completions) and all(0.0 <= s <= 1.0 for s in scores)

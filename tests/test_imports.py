@@ -1,10 +1,11 @@
 """The house's import rules, read from the sources: a recipe can be forked alone, and forking it changes no other.
 
-A recipe imports the standard library, third-party libraries, rewards.py, plumbing.py and (tool_use_grpo.py only)
-sandbox.py, never another recipe; rewards.py imports nothing of ours; plumbing.py only rewards.py and its pre-flight
-checks (preflight.py). The harness (evaluate.py, sft_warmstart.py, offline.py, experiments/, benchmarks/,
-notebooks/build.py) may import recipes, through harness.py's contract. The notebook-only cells of a recipe
-(commented out in the script) are read too, since they run in its notebook.
+A recipe imports the standard library, third-party libraries, rewards.py and the grpo_recipes package, never another
+recipe nor a script; rewards.py imports only the package; the package imports rewards.py and itself, never a recipe
+or a script; the files the sandbox's zygote runs import only each other (the sandbox shows it nothing else). The
+scripts (evaluate.py, sft_warmstart.py, async_grpo.py, offline.py, experiments/, benchmarks/, notebooks/build.py) may
+import recipes, through the contract. The notebook-only cells of a recipe (commented out in the script) are read too,
+since they run in its notebook. Every public name the package defines is used somewhere outside the tests.
 """
 
 import ast
@@ -13,22 +14,29 @@ import jupytext
 import pytest
 
 from conftest import ROOT
+from grpo_recipes import contract, sandbox
 
-RECIPES = ["gsm8k_grpo", "tool_use_grpo", "search_agent_grpo"]
-OURS = {path.stem for path in ROOT.glob("*.py")}
-ALLOWED = {"gsm8k_grpo": {"rewards", "plumbing"}, "tool_use_grpo": {"rewards", "plumbing", "sandbox"},
-           "search_agent_grpo": {"rewards", "plumbing"}, "rewards": set(), "plumbing": {"rewards", "preflight"},
-           "preflight": {"rewards"}, "sandbox": set(), "harness": set()}
+SCRIPTS = {path.stem for path in ROOT.glob("*.py")} - {"rewards"}  # what a user runs or forks
+PACKAGE = ROOT / "grpo_recipes"
+MODULES = sorted(path.stem for path in PACKAGE.glob("*.py") if path.stem != "__init__")
+SANDBOXED = {name.removesuffix(".py") for name in sandbox.SANDBOX_FILES} - {"__init__"}
 
 
 def imported_modules(source: str) -> set[str]:
-    """Top-level names of every module a source imports, at any depth (functions included), plus dynamic imports."""
+    """Every module a source imports, at any depth (functions included): top-level names, and `grpo_recipes.x` for
+    the package's modules; plus dynamic imports."""
     names = set()
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Import):
             names |= {alias.name.split(".")[0] for alias in node.names}
+            names |= {alias.name for alias in node.names if alias.name.startswith("grpo_recipes.")}
         elif isinstance(node, ast.ImportFrom):
-            names.add("." if node.level else node.module.split(".")[0])
+            module = "." if node.level else node.module
+            names.add(module.split(".")[0])
+            if module == "grpo_recipes":
+                names |= {f"grpo_recipes.{alias.name}" for alias in node.names}
+            elif module.startswith("grpo_recipes."):
+                names.add(module)
         elif isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", None)) in {
                 "import_module", "__import__"}:
             names.add("<dynamic import>")
@@ -42,16 +50,29 @@ def notebook_code(module: str) -> str:
                      for line in cell.source.splitlines() if not line.lstrip().startswith(("%", "!")))
 
 
-@pytest.mark.parametrize("module", sorted(ALLOWED))
-def test_each_shared_module_and_recipe_imports_only_what_the_house_allows(module):
-    imported = imported_modules((ROOT / f"{module}.py").read_text())
-    if module in RECIPES:
-        imported |= imported_modules(notebook_code(module))
-    ours = imported & OURS
-    assert ours <= ALLOWED[module], f"{module}.py imports {sorted(ours - ALLOWED[module])}"
-    assert "." not in imported, f"{module}.py imports relatively"
-    if module in RECIPES:  # a computed name could be another recipe (sandbox.py preloads libraries this way)
-        assert "<dynamic import>" not in imported, f"{module}.py imports a module by a computed name"
+@pytest.mark.parametrize("recipe", contract.RECIPES)
+def test_a_recipe_imports_only_libraries_rewards_and_the_package(recipe):
+    imported = imported_modules((ROOT / f"{recipe}.py").read_text()) | imported_modules(notebook_code(recipe))
+    assert not imported & SCRIPTS, f"{recipe}.py imports {sorted(imported & SCRIPTS)}: fork it, don't import it"
+    assert "." not in imported, f"{recipe}.py imports relatively"
+    assert "<dynamic import>" not in imported, f"{recipe}.py imports a module by a computed name"
+
+
+def test_the_recipe_list_is_every_recipe_at_the_root():
+    found = {path.stem for path in ROOT.glob("*_grpo.py")} - {"async_grpo"}  # async_grpo.py runs a recipe
+    assert set(contract.RECIPES) == found
+
+
+@pytest.mark.parametrize("module", ["rewards", *MODULES])
+def test_the_library_imports_no_recipe_nor_script(module):
+    path = ROOT / "rewards.py" if module == "rewards" else PACKAGE / f"{module}.py"
+    imported = imported_modules(path.read_text())
+    assert not imported & SCRIPTS, f"{path.name} imports {sorted(imported & SCRIPTS)}"
+    if module == "rewards":
+        assert {name for name in imported if name.startswith("grpo_recipes.")} <= {"grpo_recipes.answers"}
+    if module in SANDBOXED:  # the zygote's files: the sandbox shows it these and nothing else of ours
+        ours = {name for name in imported if name.startswith("grpo_recipes.") or name in ("grpo_recipes", "rewards")}
+        assert ours <= {f"grpo_recipes.{name}" for name in SANDBOXED} | {"grpo_recipes"}, f"{module}.py imports {ours}"
 
 
 def test_the_rule_catches_a_recipe_importing_another_one():
@@ -59,37 +80,45 @@ def test_the_rule_catches_a_recipe_importing_another_one():
     for source in ("import tool_use_grpo", "from gsm8k_grpo import arg", "def f():\n    from gsm8k_grpo import x",
                    "import importlib\nimportlib.import_module('gsm8k_grpo')"):
         found = imported_modules(source)
-        assert found & set(RECIPES) or "<dynamic import>" in found
+        assert found & set(contract.RECIPES) or "<dynamic import>" in found
+    assert imported_modules("from grpo_recipes import data, options") >= {"grpo_recipes.data", "grpo_recipes.options"}
 
 
+def public_names(path) -> set[str]:
+    """The functions, classes and constants a module defines at its top level, but the private ones."""
+    names = set()
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names |= {t.id for t in targets if isinstance(t, ast.Name)}
+    return {name for name in names if not name.startswith("_")}
 
-SHARING = RECIPES + ["sft_warmstart"]  # the scripts that plumbing.py serves (and their notebooks' cells)
 
-
-def plumbing_names_used(source: str) -> set[str]:
-    """The names a source takes from plumbing: `plumbing.X` and `from plumbing import X`."""
+def used_names(source: str) -> set[str]:
+    """Every name and attribute a source reads or imports, in its code and in the code it holds as strings (the
+    programs it sends a sandbox)."""
     used = set()
     for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "plumbing":
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+            used.add(node.id)
+        elif isinstance(node, ast.Attribute):
             used.add(node.attr)
-        elif isinstance(node, ast.ImportFrom) and node.module == "plumbing":
+        elif isinstance(node, ast.ImportFrom):
             used |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and "\n" in node.value:
+            try:
+                used |= used_names(node.value)
+            except SyntaxError:  # prose
+                pass
     return used
 
 
-def test_plumbing_holds_only_what_several_recipes_use_or_its_own_shared_functions_call():
-    tree = ast.parse((ROOT / "plumbing.py").read_text())
-    defined = {node.name for node in tree.body if isinstance(node, (ast.FunctionDef, ast.ClassDef))}
-    defined |= {target.id for node in tree.body if isinstance(node, ast.Assign) for target in node.targets
-                if isinstance(target, ast.Name)}
-    # A name plumbing itself uses (outside its own definition) serves every caller of that function.
-    internal = {name for node in tree.body for name in
-                {n.id for n in ast.walk(node) if isinstance(n, ast.Name)} - {getattr(node, "name", None)}}
-    users = {name: [m for m in SHARING if name in plumbing_names_used(notebook_code(m))] for name in defined}
-    lonely = {name: who for name, who in users.items() if name not in internal and len(who) < 2}
-    assert not lonely, f"plumbing.py names that one script alone uses (move them into it): {lonely}"
-
-
-def test_the_plumbing_rule_catches_a_name_one_recipe_uses():
-    assert plumbing_names_used("import plumbing\nplumbing.bm25_index(x)\nfrom plumbing import arg") == {
-        "bm25_index", "arg"}
+def test_every_public_name_of_the_library_is_used_outside_the_tests():
+    code = [path for folder in (ROOT, ROOT / "experiments", ROOT / "benchmarks", ROOT / "notebooks", PACKAGE)
+            for path in folder.glob("*.py")]
+    used = set().union(*(used_names(path.read_text()) for path in code),
+                       *(used_names(notebook_code(recipe)) for recipe in [*contract.RECIPES, "sft_warmstart"]))
+    unused = {module: sorted(public_names(PACKAGE / f"{module}.py") - used) for module in MODULES}
+    assert {module: names for module, names in unused.items() if names} == {}

@@ -60,7 +60,8 @@ class JudgeServer:
                         self.send_response(503)
                         self.end_headers()
                         return
-                    content = server.reply if server.reply is not None else literal_judge(body["messages"][-1]["content"])
+                    reply = server.reply
+                    content = reply if reply is not None else literal_judge(body["messages"][-1]["content"])
                     payload = json.dumps({"id": "x", "object": "chat.completion", "created": 0, "model": body["model"],
                                           "choices": [{"index": 0, "finish_reason": "stop",
                                                        "message": {"role": "assistant", "content": content}}]}).encode()

@@ -9,7 +9,7 @@ A gold is given as the recipes give it, the \boxed{} answer of a solution when i
 - No wrong credit: no pair labelled unequal is credited, on all 274 triples, whatever settings their test uses.
 - Single answers: of the default-setting pairs labelled equal in which the gold and the prediction are each one
   short answer (no worked solution, no prose, no list, one box at most), at least 90% are credited. The other pairs
-  labelled equal are refused on purpose: rewards.answers_match credits a whole answer, never a number read out of
+  labelled equal are refused on purpose: answers.answers_match credits a whole answer, never a number read out of
   prose or one item of a list (that would pay for listing guesses).
 """
 
@@ -22,7 +22,7 @@ import tarfile
 
 import pytest
 
-import rewards
+from grpo_recipes import answers
 
 RELEASE, SHA256 = "math-verify==0.9.0", "45ac6c61344ba056b9e99a660a4bc8d044ed408f730aed68c60435aa5eec4645"
 DEFAULT_SETTINGS = {"compare_strings(gold, pred, match_types=['latex', 'expr'])", "verify(parse(gold), parse(pred))"}
@@ -72,12 +72,12 @@ def pairs(tmp_path_factory) -> list[dict]:
 
 
 def as_recipe_gold(gold: str) -> str:
-    return rewards.extract_boxed_answer(gold) or gold
+    return answers.extract_boxed_answer(gold) or gold
 
 
 def is_single_answer(text: str) -> bool:
     """One short answer: not a worked solution, no prose, no list, at most one box or math segment."""
-    if len(text) > rewards.MAX_ANSWER_CHARS or text.count("\\boxed") > 1 or len(re.findall(r"(?<!\\)\$+", text)) > 2:
+    if len(text) > answers.MAX_ANSWER_CHARS or text.count("\\boxed") > 1 or len(re.findall(r"(?<!\\)\$+", text)) > 2:
         return False
     if re.search(r"\\text\{\s*(?:and|or)\s*\}", text):
         return False
@@ -94,7 +94,7 @@ def is_single_answer(text: str) -> bool:
 
 def test_no_pair_math_verify_labels_unequal_is_credited(pairs):
     wrong = [(row["test"], row["gold"], row["pred"]) for row in pairs
-             if not row["equal"] and rewards.answers_match(row["pred"], as_recipe_gold(row["gold"]))]
+             if not row["equal"] and answers.answers_match(row["pred"], as_recipe_gold(row["gold"]))]
     assert wrong == []
 
 
@@ -102,11 +102,11 @@ def test_nine_in_ten_single_answers_labelled_equal_are_credited(pairs):
     single = [row for row in pairs if row["default"] and row["equal"] and (row["gold"], row["pred"]) not in MISLABELLED
               and is_single_answer(as_recipe_gold(row["gold"])) and is_single_answer(row["pred"])]
     missed = [(row["gold"], row["pred"]) for row in single
-              if not rewards.answers_match(row["pred"], as_recipe_gold(row["gold"]))]
+              if not answers.answers_match(row["pred"], as_recipe_gold(row["gold"]))]
     print(f"credited {len(single) - len(missed)} of {len(single)} single-answer pairs; missed: {missed}")
     assert len(single) >= 30 and len(missed) <= 0.1 * len(single), missed
 
 
 def test_the_mislabelled_pair_is_really_unequal():
     (gold, pred), = MISLABELLED
-    assert not rewards.answers_match(pred, gold) and rewards.answers_match(gold, gold)
+    assert not answers.answers_match(pred, gold) and answers.answers_match(gold, gold)

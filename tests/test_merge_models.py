@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from grpo_recipes.refusal import Refusal
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = ["A crate holds 347 apples. How many apples are in 86 crates?", "print(347 * 86)", "<answer>29842</answer>"]
@@ -218,9 +219,9 @@ def test_bad_inputs_get_one_line(case, expected, base, specialists, adapter, str
         (out / "notes.txt").write_text("a user's work")
     if case == "output is input":
         out = a
-    with pytest.raises(SystemExit) as exit_info:
+    with pytest.raises(Refusal) as refusal:
         merge_models.main([*map(str, argv), "--output_dir", str(out)])
-    message = str(exit_info.value.code)
+    message = str(refusal.value)
     assert expected in message and "\n" not in message, message
     if case == "not a merge":
         assert (out / "notes.txt").read_text() == "a user's work"

@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, free_port
+from grpo_recipes.refusal import Refusal, run_script
 
 ONLINE = {"HF_HUB_OFFLINE": None, "HF_DATASETS_OFFLINE": None}  # as a user who never set them
 
@@ -187,7 +188,8 @@ def cases(kit: Path, folder: Path) -> dict:
                                       str(kit / "tiny-qwen2-tools"), "--output_dir",
                                       str(run_folder(kit, folder, "other_model", this_run)),
                                       "--resume_from_checkpoint", "last"], {},
-                                      ["continues a run of model", "tiny-qwen2, not", "without --resume_from_checkpoint"]),
+                                      ["continues a run of model", "tiny-qwen2, not",
+                                       "without --resume_from_checkpoint"]),
         "resume another recipe's checkpoint": ("gsm8k_grpo.py", ["--config", config, "--output_dir", str(folder / "t"),
                                                "--resume_from_checkpoint", str(run_folder(kit, folder, "sft_run", {
                                                    **this_run, "recipe": "sft_warmstart"}) / "checkpoint-2")], {},
@@ -235,7 +237,8 @@ def run(script: str, argv: list[str], env: dict, cwd: Path) -> subprocess.Comple
 
 
 def run_here(script: str, argv: list[str], cwd: Path) -> subprocess.CompletedProcess:
-    """`script`'s main(argv) in this process; stderr as the interpreter would end it (a traceback or the exit text)."""
+    """`script`'s main(argv) in this process, as its `__main__` block runs it (run_script: a Refusal is its line on
+    stderr and its exit status); stderr as the interpreter would end it (a traceback or the exit text)."""
     import traceback
     from contextlib import redirect_stderr
     from io import StringIO
@@ -244,7 +247,7 @@ def run_here(script: str, argv: list[str], cwd: Path) -> subprocess.CompletedPro
     os.chdir(cwd)
     try:
         with redirect_stderr(stderr):
-            module.main(argv)
+            run_script(module.main, argv)
     except SystemExit as exit:
         code = exit.code if isinstance(exit.code, int) else 1
         stderr.write("" if isinstance(exit.code, int) or exit.code is None else f"{exit.code}\n")
@@ -339,7 +342,7 @@ def test_ctrl_c_prints_the_command_that_resumes_and_that_command_resumes(kit, tm
 def test_resume_last_skips_a_checkpoint_the_run_stopped_saving(tmp_path, caplog):
     from types import SimpleNamespace
 
-    import preflight
+    from grpo_recipes import output_dir
 
     # checkpoint-3 complete; checkpoint-6 cut while writing trainer_state.json (a full disk); checkpoint-9 before it
     for step, state in ((3, '{"global_step": 3}'), (6, '{"global_step": 6, "log_hi'), (9, None)):
@@ -348,19 +351,19 @@ def test_resume_last_skips_a_checkpoint_the_run_stopped_saving(tmp_path, caplog)
         if state:
             (tmp_path / f"checkpoint-{step}" / "trainer_state.json").write_text(state)
     args = SimpleNamespace(output_dir=str(tmp_path), resume_from_checkpoint="last", overwrite_output_dir=False)
-    preflight.check_output_dir(args)
+    output_dir.prepare_output_dir(args)
     assert args.resume_from_checkpoint == str(tmp_path / "checkpoint-3")
     assert "skipping checkpoint-6, checkpoint-9: its trainer_state.json is missing or cut short" in caplog.text
-    preflight.release_output_dir(tmp_path)
+    output_dir.release_output_dir(tmp_path)
     args.resume_from_checkpoint = str(tmp_path / "checkpoint-6")  # named explicitly: one line, not a traceback
-    with pytest.raises(SystemExit, match="checkpoint-6: not a complete checkpoint .*the newest complete one is "
+    with pytest.raises(Refusal, match="checkpoint-6: not a complete checkpoint .*the newest complete one is "
                                          "checkpoint-3, or pass `last`"):
-        preflight.check_output_dir(args)
-    preflight.release_output_dir(tmp_path)
+        output_dir.prepare_output_dir(args)
+    output_dir.release_output_dir(tmp_path)
     (tmp_path / "checkpoint-3" / "trainer_state.json").unlink()
     args.resume_from_checkpoint = "last"
-    with pytest.raises(SystemExit, match="holds no complete checkpoint .checkpoint-3, checkpoint-6, checkpoint-9."):
-        preflight.check_output_dir(args)
+    with pytest.raises(Refusal, match="holds no complete checkpoint .checkpoint-3, checkpoint-6, checkpoint-9."):
+        output_dir.prepare_output_dir(args)
 
 
 def test_a_second_run_into_a_folder_a_run_is_writing_is_refused(kit, tmp_path):
@@ -368,7 +371,7 @@ def test_a_second_run_into_a_folder_a_run_is_writing_is_refused(kit, tmp_path):
 
     out = tmp_path / "busy"
     out.mkdir()
-    holder = os.open(out, os.O_RDONLY)  # as a running recipe holds it (preflight.lock_output_dir)
+    holder = os.open(out, os.O_RDONLY)  # as a running recipe holds it (output_dir.lock_output_dir)
     fcntl.flock(holder, fcntl.LOCK_EX | fcntl.LOCK_NB)
     try:
         proc = run("gsm8k_grpo.py", ["--config", str(kit / "gsm8k_grpo.yaml"), "--output_dir", str(out)], {}, kit)
@@ -394,7 +397,8 @@ def test_a_full_disk_while_saving_is_one_line_and_resume_takes_the_last_whole_ch
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
     assert lines[-1].startswith(f"no space left on the device of {disk / 'run'} at step 4"), lines[-1]
-    assert "the newest complete checkpoint is checkpoint-2" in lines[-1] and "--resume_from_checkpoint last" in lines[-1]
+    assert "the newest complete checkpoint is checkpoint-2" in lines[-1]
+    assert "--resume_from_checkpoint last" in lines[-1]
 
 
 def test_a_kit_config_runs_from_any_directory(kit, tmp_path):

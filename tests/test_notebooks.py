@@ -2,7 +2,9 @@
 from the .ipynb alone, in an empty folder, as on Colab with no clone."""
 
 import hashlib
+import json
 import re
+import subprocess
 import sys
 
 import nbformat
@@ -10,26 +12,26 @@ import pytest
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 
-import plumbing
 from conftest import ROOT
+from grpo_recipes import contract, logs, sandbox
 
 sys.path.insert(0, str(ROOT / "notebooks"))
 import build  # noqa: E402  (notebooks/build.py)
 
-CONFIGS = {"gsm8k_grpo": "gsm8k_grpo.yaml", "tool_use_grpo": "tool_use_grpo.yaml",
-           "search_agent_grpo": "search_agent_grpo.yaml", "code_grpo": "code_grpo.yaml",
-           "sft_warmstart": "sft_warmstart.yaml"}
-# What each notebook must carry: the modules its code imports, and what those import in turn.
-CARRIED = {"gsm8k_grpo": ["plumbing.py", "preflight.py", "rewards.py"],
-           "tool_use_grpo": ["plumbing.py", "preflight.py", "rewards.py", "sandbox.py"],
-           "search_agent_grpo": ["plumbing.py", "preflight.py", "rewards.py"],
-           "code_grpo": ["plumbing.py", "preflight.py", "rewards.py", "sandbox.py"],
-           "sft_warmstart": ["code_grpo.py", "gsm8k_grpo.py", "harness.py", "plumbing.py", "preflight.py", "rewards.py",
-                             "sandbox.py", "search_agent_grpo.py", "tool_use_grpo.py"]}
-# What each notebook's install cell must name: the packages its modules import, and no other.
-INSTALLED = {"gsm8k_grpo": {"trl", "math-verify"}, "tool_use_grpo": {"trl", "math-verify", "landlockpy"},
-             "search_agent_grpo": {"trl", "math-verify", "bm25s"}, "code_grpo": {"trl", "math-verify", "landlockpy"},
-             "sft_warmstart": {"trl", "bm25s", "landlockpy"}}
+# What importing each script loads of ours, read in a fresh interpreter: what its notebook must carry, with the files
+# its modules need without importing them (the sandbox's zygote imports its own).
+LOADED = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import importlib
+for name in sys.argv[2:]:
+    importlib.import_module(name)
+import grpo_recipes.notebook  # the notebook's own cells import it
+root = sys.argv[1].rstrip("/") + "/"
+files = [m.__file__[len(root):] for m in list(sys.modules.values())
+         if (getattr(m, "__file__", None) or "").startswith(root)]
+print(json.dumps(sorted(f for f in files if "/" not in f or f.startswith("grpo_recipes/"))))
+"""
 
 
 def written_files(notebook) -> list[str]:
@@ -51,9 +53,18 @@ def test_each_committed_notebook_is_exactly_what_its_script_generates(recipe):
 
 
 @pytest.mark.parametrize("recipe", build.RECIPES)
-def test_each_notebook_carries_the_current_source_of_every_module_it_imports(recipe):
+def test_each_notebook_carries_the_current_source_of_every_module_it_imports_and_no_other(recipe):
     notebook = build.build(recipe)
-    assert written_files(notebook) == CARRIED[recipe]
+    # sft_warmstart imports the recipe --recipe names when it runs: its notebook carries them all
+    imported = [recipe, *(contract.RECIPES if recipe == "sft_warmstart" else [])]
+    proc = subprocess.run([sys.executable, "-c", LOADED, str(ROOT), *imported], capture_output=True, text=True,
+                          timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    loaded = set(json.loads(proc.stdout.strip().splitlines()[-1])) - {f"{recipe}.py"}
+    sandboxed = {f"grpo_recipes/{name}" for name in sandbox.SANDBOX_FILES} if "grpo_recipes/sandbox.py" in loaded \
+        else set()
+    assert set(written_files(notebook)) == loaded | sandboxed
+    assert recipe in ("tool_use_grpo", "code_grpo", "sft_warmstart") or not sandboxed  # gsm8k's carries no sandbox
     for cell in notebook.cells:
         if cell.source.startswith("%%writefile"):
             name, text = cell.source.split("\n", 1)[0].split()[1], cell.source.split("\n", 1)[1]
@@ -68,14 +79,16 @@ def test_notebooks_carry_the_scripts_text_the_setup_and_no_script_entry_point():
     assert "What to expect." in sources[0] and "not yet timed on a T4" in sources[0] and "0.5B" in sources[0]
     assert sources[1].startswith("## Set-up") and "`rewards.py`" in sources[1] and "notebooks/build.py" in sources[1]
     install = next(s for s in sources if s.startswith("%pip install"))
-    assert sources.index(install) == sources.index(next(s for s in sources if s.startswith("%%writefile rewards.py"))) + 1
+    rubric = next(s for s in sources if s.startswith("%%writefile rewards.py"))
+    assert sources.index(install) == sources.index(rubric) + 1
     assert "'trl>=1.16,<1.17'" in install and "-r requirements.txt" not in install
-    assert "[serving]" not in install and "tokenizers" not in install and "bm25s" not in install  # nothing it never imports
-    assert any(s.startswith("plumbing.try_model(trainer") for s in sources) and "## Try it" in sources[-2]
+    # nothing it never imports
+    assert "[serving]" not in install and "tokenizers" not in install and "bm25s" not in install
+    assert any(s.startswith("notebook.try_model(trainer") for s in sources) and "## Try it" in sources[-2]
     assert not any("git clone" in s for s in sources)  # no repository to fetch: the notebook carries what it needs
     assert any("## Rewards" in s and "farm" in s for s in sources)  # the script's markdown cells, as text
     assert any(s.startswith("REWARD_FUNCS, REWARD_WEIGHTS") or "\nREWARD_FUNCS, REWARD_WEIGHTS" in s for s in sources)
-    assert not any('if __name__ == "__main__"' in s for s in sources)
+    assert not any('if __name__ == "__main__"' in s for s in sources if not s.startswith("%%writefile"))
     assert notebook.metadata["colab"]["gpuType"] == "T4" and notebook.metadata["accelerator"] == "GPU"
 
 
@@ -113,32 +126,34 @@ def test_each_notebook_runs_headless_on_cpu_from_an_empty_folder_and_plots_its_t
     if recipe in AS_COLAB_USER:
         argv = edit_config_cell_on_colab(notebook, kit / AS_COLAB_USER[recipe])
     else:
-        argv = ["--config", f"offline/{CONFIGS[recipe]}"]
+        argv = ["--config", f"offline/{recipe}.yaml"]
     notebook = with_arguments(notebook, [*argv, "--output_dir", "run"])
     # The modules came from the folder's copies, not from this repository (which is not on the kernel's path).
     notebook.cells.append(nbformat.v4.new_code_cell(
-        "import pathlib, rewards, plumbing\n"
-        "assert {pathlib.Path(m.__file__).parent for m in (rewards, plumbing)} == {pathlib.Path.cwd()}"))
+        "import pathlib, rewards, grpo_recipes.training\n"
+        "assert pathlib.Path(rewards.__file__).parent == pathlib.Path(grpo_recipes.__file__).parent.parent == "
+        "pathlib.Path.cwd()"))
     NotebookClient(notebook, timeout=300, kernel_name="python3",
                    resources={"metadata": {"path": str(folder)}}).execute()
 
-    for name in CARRIED[recipe]:
+    for name in written_files(notebook):
         assert (folder / name).read_bytes() == (ROOT / name).read_bytes()
-    assert (folder / "run" / plumbing.PLOT_FILE).stat().st_size > 10_000
-    shown = next(cell for cell in notebook.cells if "\nplumbing.show_training(" in cell.source)
+    assert (folder / "run" / logs.PLOT_FILE).stat().st_size > 10_000
+    shown = next(cell for cell in notebook.cells if "\nnotebook.show_training(" in cell.source)
     last = shown.outputs
     assert any("image/png" in output.get("data", {}) for output in last), "the plot was not displayed"
     printed = "".join(output.get("text", "") for output in last)
     if recipe != "sft_warmstart":  # an RL run also shows completions of its last step with their rewards
-        assert "completion 1 of the last step" in printed and (any(name in printed for name in ("correctness_reward", "match", "tests_passed")))
+        assert "completion 1 of the last step" in printed
+        assert any(name in printed for name in ("correctness", "match", "tests_passed"))
     installing = next(cell for cell in notebook.cells if "%pip install" in cell.source)
     assert "Successfully installed" not in "".join(o.get("text", "") for o in installing.outputs)  # all were there
     if recipe != "sft_warmstart":  # the last cell: the trained model on held-out prompts, with their rewards
         tried = "".join(o.get("text", "") for o in next(
-            c for c in notebook.cells if c.source.startswith("plumbing.try_model(")).outputs)
+            c for c in notebook.cells if c.source.startswith("notebook.try_model(")).outputs)
         assert "held-out total reward" in tried and "completion 1 on a held-out prompt" in tried
     if recipe in AS_COLAB_USER:  # the config cell's edits, in the run's own log line (and the kernel's asserts)
-        run = next(cell for cell in notebook.cells if cell.source.startswith("trainer = main("))
+        run = next(cell for cell in notebook.cells if "\ntrainer = main(" in cell.source)
         logged = "".join(o.get("text", "") for o in run.outputs)
         assert f"model {kit / AS_COLAB_USER[recipe]} | LoRA r=16 | learning_rate 0.0003 (lora_learning_rate" in logged
         assert "max_completion_length 24 | max_steps 2" in logged
@@ -156,3 +171,15 @@ def test_a_notebook_never_overwrites_a_file_someone_edited(tmp_path):
     assert (tmp_path / "rewards.py").read_bytes() == edited
     copies = notebook.cells[guard].source
     assert hashlib.sha256((ROOT / "rewards.py").read_bytes()).hexdigest() in copies
+
+
+def test_a_notebook_shows_a_refusal_as_its_one_line_not_a_traceback(tmp_path):
+    notebook = with_arguments(build.build("gsm8k_grpo"), ["--num_generations", "3"])  # a batch TRL would reject
+    notebook.cells = [cell for cell in notebook.cells if not cell.source.startswith("%pip")]  # installed here
+    with pytest.raises(CellExecutionError):
+        NotebookClient(notebook, timeout=300, kernel_name="python3",
+                       resources={"metadata": {"path": str(tmp_path)}}).execute()
+    run = next(cell for cell in notebook.cells if "\ntrainer = main(NOTEBOOK_ARGS)" in cell.source)
+    assert [(output.output_type, output.get("name"), output.get("text")) for output in run.outputs] == [
+        ("stream", "stderr", "per_device_train_batch_size × processes × steps_per_generation = 8 × 1 × 4 is not a "
+         "multiple of num_generations=3: pass --per_device_train_batch_size 9 or a smaller --num_generations.\n")]

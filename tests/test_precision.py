@@ -7,12 +7,12 @@ import pytest
 import torch
 
 import gsm8k_grpo
-import plumbing
+from grpo_recipes import configs, options, training, trl_patches
+from grpo_recipes.contract import Setup
 
 
 def parse_args(*argv: str):
-    return plumbing.parse_args(gsm8k_grpo.ScriptArguments, gsm8k_grpo.RECIPE_DEFAULTS, list(argv),
-                               reward_weights=[1.0])
+    return options.parse_args(gsm8k_grpo.ScriptArguments, gsm8k_grpo.RECIPE_DEFAULTS, list(argv))
 
 
 @pytest.mark.parametrize("gpu, dtype", [("bf16", "bfloat16"), ("fp16", "float16"), ("fp32", "float32")])
@@ -20,7 +20,7 @@ def test_a_lora_base_loads_in_the_half_precision_the_run_computes_in_and_a_full_
     def dtype_chosen(*flags: str) -> str:
         _, args, model_args = parse_args(*flags)
         args.bf16, args.fp16 = gpu == "bf16", gpu == "fp16"  # what default_precision picks on such a GPU
-        plumbing.apply_dependent_defaults(args, model_args, {flag[2:] for flag in flags if flag.startswith("--")})
+        configs.apply_dependent_defaults(args, model_args, {flag[2:] for flag in flags if flag.startswith("--")})
         return model_args.dtype
 
     assert dtype_chosen("--use_peft", "true") == dtype  # a T4 (fp16) gets an fp16 base, not fp32 at fp32 speed
@@ -46,7 +46,7 @@ def fraction_moved(kit, tmp_path, *flags: str) -> float:
         "--max_completion_length", "16", "--eval_strategy", "no", "--save_strategy", "no", "--report_to", "none",
         *flags)
     assert args.learning_rate == 5e-6
-    tokenizer = plumbing.prepare(args, model_args, [completion_length])
+    tokenizer = training.prepare(args, model_args, Setup([completion_length], [1.0]))
     dataset = gsm8k_grpo.build_dataset("train", str(kit / "gsm8k_toy")).select(range(4))
     trainer = GRPOTrainer(model=model, reward_funcs=[completion_length], args=args, train_dataset=dataset,
                           processing_class=tokenizer)
@@ -85,7 +85,7 @@ def test_a_thousand_weight_syncs_leave_a_bf16_lora_base_bitwise_unchanged_and_se
     model = tiny_bf16_lora_model()
     base = frozen_base(model)
     for _ in range(1000):
-        sent = dict(plumbing.lora_weights_for_vllm(model))
+        sent = dict(trl_patches.lora_weights_for_vllm(model))
     assert all(torch.equal(p, base[name]) for name, p in frozen_base(model).items())
     merged = copy.deepcopy(model).merge_and_unload().state_dict()  # PEFT's own merge: what vLLM should receive
     assert sent.keys() == {name for name in merged if name != "lm_head.weight"}  # tied to the embeddings

@@ -1,7 +1,8 @@
-"""sandbox.py: a boundary that hostile code cannot cross, as root and as an ordinary user, in every mode it accepts.
+"""grpo_recipes/sandbox.py: a boundary that hostile code cannot cross, as root and as an ordinary user, in every mode it
+accepts.
 
 Every attack runs in four settings (the Landlock-only two with -m slow): "root" (the trainer is this test process, as
-on Colab) and "user" (the trainer is tests/sandbox_trainer.py started as uid 65534 with its own clone of sandbox.py,
+on Colab) and "user" (the trainer is tests/sandbox_trainer.py started as uid 65534 with its own clone of the sandbox,
 its own venv and its own home holding a .netrc and an HF token, as on most GPU boxes), each with bubblewrap (the
 default engine) and with engine="landlock" (the weaker mode a user names where bubblewrap cannot run). Each attack
 must fail, return within the time limit, leave no process or file behind, and cost the next call less than 100 ms.
@@ -22,9 +23,9 @@ from pathlib import Path
 
 import pytest
 
-import sandbox
 from conftest import ROOT
-from sandbox import Sandbox
+from grpo_recipes import confinement, sandbox, zygote
+from grpo_recipes.sandbox import Sandbox
 from sandbox_trainer import state
 
 TIMEOUT = 2.0
@@ -40,7 +41,7 @@ class RootTrainer:
     def __init__(self, folder: Path, **options):
         self.box = Sandbox(timeout=TIMEOUT, max_output=500, **options)
         self.box.start()
-        self.pid, self.sandbox_file, self.home = os.getpid(), Path(sandbox.__file__), folder / "home"
+        self.pid, self.sandbox_file, self.home = os.getpid(), Path(zygote.__file__), folder / "home"
         self.project_file = ROOT / "README.md"
         self.site_packages = Path(next(p for p in sys.path if p.endswith("site-packages")))
 
@@ -65,8 +66,8 @@ class UserTrainer:
     def __init__(self, folder: Path, **options):
         clone, home, venv = folder / "clone", folder / "home", folder / "venv"
         clone.mkdir()
-        for name in ("sandbox.py", "README.md"):
-            shutil.copy(ROOT / name, clone / name)
+        shutil.copytree(ROOT / "grpo_recipes", clone / "grpo_recipes", ignore=shutil.ignore_patterns("__pycache__"))
+        shutil.copy(ROOT / "README.md", clone / "README.md")
         shutil.copy(ROOT / "tests" / "sandbox_trainer.py", clone / "sandbox_trainer.py")
         subprocess.run(["/usr/bin/python3", "-m", "venv", "--without-pip", str(venv)], check=True)
         self.site_packages = next(venv.glob("lib/python3*/site-packages"))
@@ -80,11 +81,12 @@ class UserTrainer:
         subprocess.run(["chown", "-R", f"{NOBODY}:{NOBODY}", str(folder)], check=True)
         self.process = subprocess.Popen(
             ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--inh-caps=-all",
-             str(venv / "bin" / "python"), "sandbox_trainer.py", json.dumps({"timeout": TIMEOUT, "max_output": 500, **options})],
+             str(venv / "bin" / "python"), "sandbox_trainer.py",
+             json.dumps({"timeout": TIMEOUT, "max_output": 500, **options})],
             cwd=clone, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
             env={"HOME": str(home), "PATH": "/usr/bin:/bin", "HF_TOKEN": SECRET})
-        self.pid, self.sandbox_file, self.home, self.project_file = self.process.pid, clone / "sandbox.py", home, \
-            clone / "README.md"
+        self.pid, self.home, self.project_file = self.process.pid, home, clone / "README.md"
+        self.sandbox_file = clone / "grpo_recipes" / "zygote.py"  # the code the zygote runs
 
     def _ask(self, request: dict):
         self.process.stdin.write(json.dumps(request) + "\n")
@@ -186,7 +188,8 @@ RESOURCE_ATTACKS = {
     "threads": ("import threading\nthreading.Thread(target=print).start()", "Error: RuntimeError"),
     "memory bomb": ("x = bytearray(10**11)", "Error: MemoryError"),
     # zero-filling 1 GB takes about a second here, two under load: either limit may stop it first
-    "growing memory": ("x = []\nwhile True:\n    x.append(bytearray(10**8))", ("Error: MemoryError", "Error: timed out")),
+    "growing memory": ("x = []\nwhile True:\n    x.append(bytearray(10**8))",
+                       ("Error: MemoryError", "Error: timed out")),
     "deep recursion": ("def f(n):\n    return f(n + 1)\nf(0)", "Error: RecursionError"),
     "huge integer": ("10 ** 10 ** 9", "Error: timed out"),
     "one huge file": ("with open('big', 'wb') as f:\n    while True:\n        f.write(b'0' * 2**20)", "Error: OSError"),
@@ -212,7 +215,7 @@ def test_resource_attacks_get_a_clean_error_in_time_and_leave_nothing(trainer, n
 def test_flooding_the_report_pipe_is_cut_at_the_cap(trainer):
     code = "import os\nfor fd in range(3, 64):\n    try:\n        os.write(fd, b'y' * 300_000_000)\n" \
            "    except OSError:\n        pass\n'done'"
-    assert len(hostile(trainer, code)) <= 500 + len(sandbox.REPORT_MARKER.format(10**12))
+    assert len(hostile(trainer, code)) <= 500 + len(zygote.REPORT_MARKER.format(10**12))
 
 
 def test_a_hundred_megabytes_of_output_is_truncated_with_a_marker(trainer):
@@ -272,8 +275,9 @@ def test_non_string_code_is_an_error_not_an_exception(trainer):
 def test_a_path_past_path_max_and_a_1200_level_tree_leave_with_the_call(trainer):
     for code in ("import os\nname = 'n' * 250\nfor i in range(24):\n    os.mkdir(name)\n    os.chdir(name)\n"
                  "open('kept', 'w').write('x')\n'made'",  # 6,000 characters of path: past PATH_MAX (4,096)
-                 "import os\nfor i in range(1200):\n    os.mkdir('d')\n    os.chdir('d')\nopen('kept', 'w').write('x')\n"
-                 "for mode in (0o500, 0):\n    try:\n        os.chmod('.', mode)\n    except OSError:\n        pass\n'made'"):
+                 "import os\nfor i in range(1200):\n    os.mkdir('d')\n    os.chdir('d')\nopen('kept', "
+                 "'w').write('x')\nfor mode in (0o500, 0):\n    try:\n        os.chmod('.', mode)\n    except "
+                 "OSError:\n        pass\n'made'"):
         assert hostile(trainer, code) == "'made'"
         assert trainer.run("import os\nos.listdir('.')") == "[]"
 
@@ -332,10 +336,11 @@ def test_the_mount_listing_syscalls_are_denied(trainer):
 def test_the_syscall_numbers_kept_for_an_older_libseccomp_are_the_kernels():
     import pyseccomp
 
-    known = {name: pyseccomp.resolve_syscall(pyseccomp.Arch.NATIVE, name) for name in sandbox.NEW_SYSCALL_NUMBERS}
+    known = {name: pyseccomp.resolve_syscall(pyseccomp.Arch.NATIVE, name) for name in confinement.NEW_SYSCALL_NUMBERS}
     checked = {name: number for name, number in known.items() if number >= 0}  # -1: newer than this libseccomp too
-    assert len(checked) >= 15 and all(number == sandbox.NEW_SYSCALL_NUMBERS[name] for name, number in checked.items())
-    denied = set(sandbox.DENIED_SYSCALLS + sandbox.METADATA_SYSCALLS)
+    assert len(checked) >= 15
+    assert all(number == confinement.NEW_SYSCALL_NUMBERS[name] for name, number in checked.items())
+    denied = set(confinement.DENIED_SYSCALLS + confinement.METADATA_SYSCALLS)
     assert {name for name, number in known.items() if number < 0} <= denied  # and these are denied by number
 
 
@@ -389,7 +394,8 @@ def test_modes_times_attributes_and_lengths_outside_the_call_cannot_be_changed(t
 
 # Older kernels, reproduced: Ubuntu 24.04's Landlock ABI 4 (no signal scoping), ABI 2 (no truncate right), bubblewrap
 # on a kernel without Landlock; the trainer as a user, where a signal or a chmod would reach its own files.
-OLD_KERNELS = {"user-abi4": {"max_landlock_abi": 4}, "user-landlock-abi2": {"engine": "landlock", "max_landlock_abi": 2},
+OLD_KERNELS = {"user-abi4": {"max_landlock_abi": 4},
+               "user-landlock-abi2": {"engine": "landlock", "max_landlock_abi": 2},
                "user-no-landlock": {"max_landlock_abi": 0}}
 
 
@@ -506,19 +512,18 @@ def run_on_a_machine_without_namespaces_or_landlock(code: str, landlock: bool = 
     """Run `code` in a Python whose kernel interface lacks user namespaces (and Landlock, unless `landlock`): a
     seccomp filter makes unshare and new user namespaces fail, as where they are disabled, and Landlock's syscalls
     absent, as on kernels without it."""
-    prelude = ("import errno, pyseccomp as s\nf = s.SyscallFilter(s.ALLOW)\n"
-               "for name in ('unshare', 'setns'):\n    f.add_rule(s.ERRNO(errno.EPERM), name)\n"
-               "f.add_rule(s.ERRNO(errno.EPERM), 'clone', s.Arg(0, s.MASKED_EQ, 0x10000000, 0x10000000))\n"
-               "f.add_rule(s.ERRNO(errno.ENOSYS), 'clone3')\n"
-               f"for name in {() if landlock else ('landlock_create_ruleset', 'landlock_add_rule', 'landlock_restrict_self')}:\n"
-               "    f.add_rule(s.ERRNO(errno.ENOSYS), name)\nf.load()\n")
+    prelude = ("import errno, pyseccomp as s\nf = s.SyscallFilter(s.ALLOW)\nfor name in ('unshare', 'setns'):\n    "
+               "f.add_rule(s.ERRNO(errno.EPERM), name)\nf.add_rule(s.ERRNO(errno.EPERM), 'clone', s.Arg(0, "
+               "s.MASKED_EQ, 0x10000000, 0x10000000))\nf.add_rule(s.ERRNO(errno.ENOSYS), 'clone3')\nfor name in "
+               f"{() if landlock else ('landlock_create_ruleset', 'landlock_add_rule', 'landlock_restrict_self')}:\n   "
+               " f.add_rule(s.ERRNO(errno.ENOSYS), name)\nf.load()\n")
     return subprocess.run([sys.executable, "-c", prelude + code], capture_output=True, text=True, timeout=120,
                           cwd=ROOT)
 
 
 def test_without_namespaces_or_landlock_the_sandbox_refuses_in_one_line_naming_the_fix():
     proc = run_on_a_machine_without_namespaces_or_landlock(
-        "from sandbox import Sandbox, SandboxUnavailable\ntry:\n    Sandbox().run('1')\n"
+        "from grpo_recipes.sandbox import Sandbox, SandboxUnavailable\ntry:\n    Sandbox().run('1')\n"
         "except SandboxUnavailable as err:\n    print(err)\nelse:\n    print('ran')")
     assert proc.returncode == 0, proc.stderr
     message = proc.stdout.strip()
@@ -529,15 +534,15 @@ def test_without_namespaces_or_landlock_the_sandbox_refuses_in_one_line_naming_t
 
 def test_the_unsafe_opt_out_runs_with_what_the_machine_has_and_says_what_is_missing():
     proc = run_on_a_machine_without_namespaces_or_landlock(
-        "from sandbox import Sandbox\nbox = Sandbox(unsafe_without_isolation=True)\nprint(box.run('6 * 7'))\n"
-        "print(box.protections()['missing'][:39])")
+        "from grpo_recipes.sandbox import Sandbox\nbox = Sandbox(unsafe_without_isolation=True)\nprint(box.run('6 * "
+        "7'))\nprint(box.protections()['missing'][:39])")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines() == ["42", "no namespaces: bwrap failed here: bwrap"]
 
 
 def test_without_namespaces_the_weaker_landlock_mode_runs_only_when_named():
     proc = run_on_a_machine_without_namespaces_or_landlock(
-        "from sandbox import Sandbox, SandboxUnavailable, describe\ntry:\n    Sandbox().run('1')\n"
+        "from grpo_recipes.sandbox import Sandbox, SandboxUnavailable, describe\ntry:\n    Sandbox().run('1')\n"
         "except SandboxUnavailable as err:\n    print(str(err)[:22])\nbox = Sandbox(engine='landlock')\n"
         "print(box.run('6 * 7'))\nprint(describe(box.protections()))", landlock=True)
     assert proc.returncode == 0, proc.stderr
@@ -591,9 +596,9 @@ def test_concurrent_callers_are_served_one_at_a_time():
 
 
 # ---------------------------------------------------------------------------------------------------- sessions
-ECHO = ("while True:\n    message = channel.receive()\n    if message == 'spin':\n        while True:\n            pass\n"
-        "    if message == 'exit':\n        import os\n        os._exit(0)\n"
-        "    channel.send('x' * 2_000_000 if message == 'flood' else message.upper())\n")
+ECHO = ("while True:\n    message = channel.receive()\n    if message == 'spin':\n        while True:\n            "
+        "pass\n    if message == 'exit':\n        import os\n        os._exit(0)\n    channel.send('x' * 2_000_000 if "
+        "message == 'flood' else message.upper())\n")
 
 
 @pytest.mark.parametrize("engine", ["bubblewrap", "landlock"])
@@ -603,7 +608,7 @@ def test_a_session_answers_each_message_and_ends_on_a_timeout_an_exit_or_a_flood
         assert session.ask("one", 1) == "ONE" and session.ask("two\nlines", 1) == "TWO LINES"  # one line each way
     before = state(box)["sandbox_processes"]
     for message, why in (("spin", "timed out after 0.3 s"), ("exit", "the code exited"),
-                         ("flood", f"an answer over {sandbox.MESSAGE_BYTES} bytes")):
+                         ("flood", f"an answer over {zygote.MESSAGE_BYTES} bytes")):
         with box.session(ECHO) as session:
             start = time.monotonic()
             assert session.ask(message, 0.3) is None and session.ended == why

@@ -15,9 +15,18 @@ def corpus(kit):
     return agent.build_corpus(str(kit / "search_toy" / "corpus.jsonl"))
 
 
+def corpus_file(folder, passages: list[dict]) -> str:
+    """passages as a JSON Lines corpus in folder (--corpus_path)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"corpus-{len(passages)}.jsonl"
+    path.write_text("".join(json.dumps(p) + "\n" for p in passages))
+    return str(path)
+
+
 @pytest.fixture(scope="module")
-def index(corpus, tmp_path_factory):
-    return agent.SearchIndex(corpus, str(tmp_path_factory.mktemp("index")), top_k=3, snippet_chars=100)
+def index(kit, tmp_path_factory):
+    return agent.SearchIndex(str(kit / "search_toy" / "corpus.jsonl"), str(tmp_path_factory.mktemp("index")), top_k=3,
+                             snippet_chars=100)
 
 
 def test_search_finds_the_passage_a_question_names(index, kit):
@@ -42,16 +51,20 @@ def test_unknown_passages_get_a_clean_tool_result(index, title):
 
 def test_read_caps_the_passage_and_says_so(corpus, tmp_path):
     long = [{"title": "Long", "text": "word " * 2000}, *corpus[:5]]
-    result = agent.SearchIndex(long, str(tmp_path), passage_chars=300).read("[long]")
+    result = agent.SearchIndex(corpus_file(tmp_path, long), str(tmp_path / "index"), passage_chars=300).read("[long]")
     assert result.startswith("[Long] word") and result.endswith("more characters]") and len(result) < 400
 
 
 def test_the_index_is_reused_while_the_corpus_is_unchanged_and_rebuilt_when_it_changes(corpus, tmp_path):
-    first = agent.SearchIndex(corpus, str(tmp_path))
-    again = agent.SearchIndex(corpus, str(tmp_path))
-    changed = agent.SearchIndex(corpus + [{"title": "New", "text": "A new passage about zebras."}], str(tmp_path))
+    indexes = tmp_path / "index"
+    first = agent.SearchIndex(corpus_file(tmp_path / "a", corpus), str(indexes))
+    again = agent.SearchIndex(corpus_file(tmp_path / "b", corpus), str(indexes))
+    new = corpus + [{"title": "New", "text": "A new passage about zebras."}]
+    changed = agent.SearchIndex(corpus_file(tmp_path / "c", new), str(indexes))
+    for each in (first, again, changed):
+        each.start()
     assert first.rebuilt and not again.rebuilt and changed.rebuilt
-    assert len(list(tmp_path.iterdir())) == 2  # one saved index per corpus, no half-built folder left
+    assert len(list(indexes.iterdir())) == 2  # one saved index per corpus, no half-built folder left
     assert again.search(corpus[0]["title"]) == first.search(corpus[0]["title"])
     assert "[New]" in changed.search("zebras") and again.search("zebras").startswith("Error: no results")
 
@@ -77,26 +90,32 @@ def trained(kit, tmp_path_factory):
     return trainer, out
 
 
+def run_index(trainer) -> agent.SearchIndex:
+    """The index the run's tools searched: every environment TRL made shares setup()'s."""
+    return trainer.environment_factories[None]().index
+
+
 def test_grpo_steps_search_the_index_and_reuse_the_saved_one(trained):
     trainer, _ = trained
-    assert not agent.INDEX.rebuilt, "offline.py built this index; the run must load it, not rebuild it"
+    assert not run_index(trainer).rebuilt, "offline.py built this index; the run must load it, not rebuild it"
     logs = [log for log in trainer.state.log_history if "tools/call_frequency" in log]
     assert len(logs) == 2 and all(log["tools/call_frequency"] > 0 for log in logs)
     assert all(0.0 <= log["new_evidence/turn_1"] <= 1.0 for log in logs)  # turn-level credit, logged per turn
 
 
 def test_the_tool_results_the_model_saw_came_from_the_index(trained):
-    _, out = trained
+    trainer, out = trained
+    index = run_index(trainer)
     frame = pd.concat(pd.read_parquet(f) for f in sorted((out / "completions").glob("*.parquet")))
     checked = 0
     for completion in frame["completion"]:
         messages = list(completion)
-        for call_message, result in zip(messages, messages[1:]):
+        for call_message, result in zip(messages, messages[1:], strict=False):
             if result["role"] != "tool" or call_message.get("tool_calls") is None:
                 continue
             call = call_message["tool_calls"][0]["function"]
             arguments = call["arguments"] if isinstance(call["arguments"], dict) else json.loads(call["arguments"])
-            tool = {"search": agent.INDEX.search, "read": agent.INDEX.read}[call["name"]]
+            tool = {"search": index.search, "read": index.read}[call["name"]]
             assert result["content"] == tool(**{k: v for k, v in arguments.items() if v is not None})
             checked += 1
     assert checked > 0
@@ -105,12 +124,13 @@ def test_the_tool_results_the_model_saw_came_from_the_index(trained):
 # ------------------------------------------------------------------------------------------------------ the rubric
 def total(completion, gold="Paris", titles=("Eiffel Tower",)) -> float:
     return sum(w * (f(completions=[completion], answer=[gold], supporting_titles=[list(titles)])[0] or 0.0)
-               for f, w in zip(agent.REWARD_FUNCS, agent.REWARD_WEIGHTS))
+               for f, w in zip(agent.REWARD_FUNCS, agent.REWARD_WEIGHTS, strict=True))
 
 
 def searched(query, result):
     call = {"type": "function", "function": {"name": "search", "arguments": {"query": query}}}
-    return [{"role": "assistant", "content": "", "tool_calls": [call]}, {"role": "tool", "name": "search", "content": result}]
+    return [{"role": "assistant", "content": "", "tool_calls": [call]},
+            {"role": "tool", "name": "search", "content": result}]
 
 
 PASSAGE = "[Eiffel Tower] The Eiffel Tower is a wrought-iron lattice tower on the Champ de Mars in Paris, France."
@@ -168,12 +188,12 @@ def test_new_evidence_is_logged_per_turn():
 def test_turn_level_credit_never_lifts_a_wrong_answer_over_a_right_one(credit_weight):
     """For the recipe's weight of new_evidence_reward and any weight below 1 (agent_demo --turn_credit refuses more)."""
     weights = [credit_weight if credit_weight is not None and f is rewards.new_evidence_reward else w
-               for f, w in zip(agent.REWARD_FUNCS, agent.REWARD_WEIGHTS)]
+               for f, w in zip(agent.REWARD_FUNCS, agent.REWARD_WEIGHTS, strict=True)]
     titles = ["Eiffel Tower", "Paris"]
 
     def total(completion, gold="Paris France"):
         return sum(w * (f(completions=[completion], answer=[gold], supporting_titles=[titles])[0] or 0.0)
-                   for f, w in zip(agent.REWARD_FUNCS, weights))
+                   for f, w in zip(agent.REWARD_FUNCS, weights, strict=True))
 
     both = searched("Eiffel Tower", PASSAGE) + searched("Paris", PARIS)
     right = [both + [{"role": "assistant", "content": "<answer>Paris France</answer>"}],

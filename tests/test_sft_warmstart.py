@@ -1,4 +1,5 @@
-"""sft_warmstart.py: gold solutions in the recipe's format, rejection-sampled rollouts, and a model RL can start from."""
+"""sft_warmstart.py: gold solutions in the recipe's format, rejection-sampled rollouts, and a model RL can start
+from."""
 
 import json
 
@@ -8,6 +9,7 @@ from transformers import AutoModelForCausalLM
 import gsm8k_grpo
 import sft_warmstart
 import tool_use_grpo
+from grpo_recipes.refusal import Refusal
 
 FAST = ["--use_cpu", "--gradient_checkpointing", "false", "--learning_rate", "1e-3", "--logging_steps", "1"]
 
@@ -17,14 +19,14 @@ def test_gold_solutions_are_rewritten_in_the_recipe_format_and_earn_full_marks(k
     assert len(conversations) == 48
     completions = [c["messages"][-1:] for c in conversations]
     answers = gsm8k_grpo.build_dataset("train", str(kit / "gsm8k_toy"))["answer"]
-    for func, weight in zip(gsm8k_grpo.REWARD_FUNCS, gsm8k_grpo.REWARD_WEIGHTS):
+    for func, _ in zip(gsm8k_grpo.REWARD_FUNCS, gsm8k_grpo.REWARD_WEIGHTS, strict=True):
         assert func(completions=completions, answer=answers) == [1.0] * 48, func.__name__
     assert all("<<" not in c["messages"][-1]["content"] for c in conversations)  # calculator notes removed
     assert conversations[0]["messages"][0]["content"] == gsm8k_grpo.SYSTEM_PROMPT
 
 
 def test_gold_needs_a_recipe_in_the_reasoning_answer_format(kit):
-    with pytest.raises(SystemExit, match="use --source rollouts"):
+    with pytest.raises(Refusal, match="use --source rollouts"):
         sft_warmstart.gold_conversations(tool_use_grpo, "train", str(kit / "gsm8k_toy"))
 
 

@@ -10,6 +10,7 @@ from trl import GRPOTrainer
 import gsm8k_grpo
 import rewards
 import tool_use_grpo
+from grpo_recipes.refusal import Refusal
 
 
 @pytest.fixture(scope="module")
@@ -113,7 +114,7 @@ def test_gsm8k_recipe_runs_a_thinking_model_and_its_rubric_never_sees_the_thinki
 
 
 def test_thinking_on_a_model_without_the_switch_is_one_line(kit, tmp_path):
-    with pytest.raises(SystemExit, match=r"^--thinking: .*tiny-qwen2's chat template has no enable_thinking switch"):
+    with pytest.raises(Refusal, match=r"^--thinking: .*tiny-qwen2's chat template has no enable_thinking switch"):
         gsm8k_grpo.main(["--config", str(kit / "gsm8k_grpo.yaml"), "--output_dir", str(tmp_path), "--thinking"])
 
 
@@ -122,7 +123,7 @@ def test_a_thinking_template_trl_cannot_parse_is_one_line(thinking_kit, tmp_path
     model = shutil.copytree(thinking_kit / "tiny-qwen3", tmp_path / "odd-template")
     template = (model / "chat_template.jinja").read_text()
     (model / "chat_template.jinja").write_text(template.replace("<|im_start|>assistant\\n", "<|im_start|>bot\\n"))
-    with pytest.raises(SystemExit, match="TRL cannot parse the thinking out of its completions"):
+    with pytest.raises(Refusal, match="TRL cannot parse the thinking out of its completions"):
         gsm8k_grpo.main(["--config", str(thinking_kit / "gsm8k_grpo.yaml"), "--model_name_or_path", str(model),
                          "--output_dir", str(tmp_path / "out")])
 
@@ -140,7 +141,9 @@ def test_every_recipe_runs_a_thinking_model_offline_end_to_end(tmp_path):
     kit = tmp_path / "kit"
     subprocess.run([sys.executable, "offline.py", "--out_dir", str(kit), "--thinking", "--tools", "--search"],
                    cwd=root, check=True, capture_output=True, timeout=600)
-    for recipe in ("gsm8k_grpo", "tool_use_grpo", "search_agent_grpo"):
+    from grpo_recipes.contract import RECIPES
+
+    for recipe in [r for r in RECIPES if r != "code_grpo"]:  # offline.py's code model does not think (Qwen2.5's)
         out = tmp_path / recipe
         proc = subprocess.run([sys.executable, f"{recipe}.py", "--config", str(kit / f"{recipe}.yaml"),
                                "--output_dir", str(out), "--max_steps", "2", "--eval_strategy", "no",
@@ -160,7 +163,7 @@ def test_a_thinking_model_given_completions_too_short_to_think_gets_the_flag_tha
 
     from transformers import AutoTokenizer
 
-    import preflight
+    from grpo_recipes import preflight
 
     tokenizer = AutoTokenizer.from_pretrained(thinking_kit / "tiny-qwen3")
     with caplog.at_level(logging.WARNING, logger="grpo-recipes"):

@@ -7,23 +7,36 @@ the whole conversation.
 
 import json
 import re
+import shutil
 import threading
 import time
-import shutil
 from pathlib import Path
 
 import pandas as pd
 import pytest
 from transformers.utils import get_json_schema
 
-import plumbing
 import rewards
 import tool_use_grpo
-from sandbox import Sandbox
+from grpo_recipes import contract, logs
+from grpo_recipes.refusal import Refusal
+from grpo_recipes.sandbox import Sandbox
 
 
-def test_the_tool_is_a_typed_function_trl_can_describe():
-    schema = get_json_schema(tool_use_grpo.python)["function"]
+def interpreters(count: int = 1, **options) -> list:
+    """What TRL does before a batch's generation: one PythonInterpreter per rollout from the recipe's
+    environment_factory (the sandbox and budget setup() built from these options), each reset with its row."""
+    task = tool_use_grpo.setup(tool_use_grpo.ScriptArguments(**options))
+    rollouts = [task.environment_factory() for _ in range(count)]
+    for rollout in rollouts:
+        rollout.reset(prompt=[{"role": "user", "content": "6 * 7?"}], answer="42")
+    return rollouts
+
+
+def test_the_tool_is_a_typed_method_trl_can_describe():
+    (interpreter,) = interpreters()
+    assert [tool.__name__ for tool in contract.environment_tools(interpreter)] == ["python"]
+    schema = get_json_schema(interpreter.python)["function"]
     assert schema["name"] == "python" and schema["parameters"]["required"] == ["code"]
     assert schema["parameters"]["properties"]["code"]["description"].startswith("Python source code")
 
@@ -39,7 +52,7 @@ def test_build_dataset_uses_the_tool_prompt_and_gold_numbers(kit):
 def test_a_chat_template_without_tool_call_parsing_is_refused_before_training(kit, tmp_path):
     model = shutil.copytree(kit / "tiny-qwen2-tools", tmp_path / "plain-template")
     (model / "chat_template.jinja").write_text("{% for m in messages %}{{ m['content'] }}{% endfor %}")
-    with pytest.raises(SystemExit, match="TRL cannot parse tool calls.*Qwen2.5, Qwen3"):
+    with pytest.raises(Refusal, match="TRL cannot parse tool calls.*Qwen2.5, Qwen3"):
         tool_use_grpo.main(["--model_name_or_path", str(model), "--dataset_path", str(kit / "gsm8k_toy"),
                             "--output_dir", str(tmp_path / "out")])
 
@@ -71,7 +84,7 @@ def test_turn_level_credit_reaches_the_logs_per_turn(trained):
 
 def test_logged_completions_print_each_turn_with_its_tool_call_and_result(trained):
     trainer, _ = trained  # the run had --log_completions: these are the blocks it printed for its last step
-    text = plumbing.completions_text(trainer._logs, None, "at step 2", stride=trainer.args.num_generations)
+    text = logs.completions_text(trainer._logs, None, "at step 2", stride=trainer.args.num_generations)
     blocks = text.split("--- completion ")[1:]
     assert len(blocks) == len(trainer._logs["completion"]) and all("\nuser: " in block for block in blocks)
     with_tool = [block for block in blocks if "\ntool: " in block]
@@ -120,7 +133,7 @@ def test_tool_output_tokens_are_masked_from_the_loss(trained, kit):
     batch = trainer._generate_and_score_completions([example] * trainer.args.num_generations)
     tokenizer = trainer.processing_class
     masked_some = False
-    for ids, tool_mask, mask in zip(batch["completion_ids"], batch["tool_mask"], batch["completion_mask"]):
+    for ids, tool_mask, mask in zip(batch["completion_ids"], batch["tool_mask"], batch["completion_mask"], strict=True):
         ids, tool_mask = ids[mask.bool()], tool_mask[mask.bool()]
         if tool_mask.min() == 1:
             continue  # this completion called no tool
@@ -135,25 +148,19 @@ def test_tool_output_tokens_are_masked_from_the_loss(trained, kit):
 def test_the_readme_shows_the_tool_recipe_rubric():
     from conftest import ROOT
 
-    assert rewards.rubric_table(tool_use_grpo.REWARD_FUNCS, tool_use_grpo.REWARD_WEIGHTS) in (ROOT / "README.md").read_text()
-
-
-def new_rollouts(count: int) -> list:
-    """What TRL does before a batch's generation: one PythonInterpreter per rollout, each reset with its row."""
-    rollouts = [tool_use_grpo.PythonInterpreter() for _ in range(count)]
-    for rollout in rollouts:
-        rollout.reset(prompt=[{"role": "user", "content": "6 * 7?"}], answer="42")
-    return rollouts
+    table = rewards.rubric_table(tool_use_grpo.REWARD_FUNCS, tool_use_grpo.REWARD_WEIGHTS)
+    assert table in (ROOT / "README.md").read_text()
 
 
 def test_each_rollout_gets_its_own_share_of_a_steps_tool_time():
-    budget = tool_use_grpo.TOOL_BUDGET
-    seconds, budget.seconds_per_step = budget.seconds_per_step, 4.0
-    tool_use_grpo.SANDBOX.start()  # the zygote's start-up is not a call's time
+    greedy, other = interpreters(2, tool_seconds_per_step=4.0)  # 2 s each: one timed-out call (2 s) spends a share
+    budget = greedy.budget
+    greedy.sandbox.start()  # the zygote's start-up is not a call's time
     try:
         budget.on_train_begin(None, None, None)
         budget.on_step_begin(None, None, None)
-        greedy, other = new_rollouts(2)  # 2 s each: one timed-out call (tool_timeout 2 s) spends a share
+        for rollout in (greedy, other):  # the batch's rollouts, counted after TRL reset the budget at the step
+            rollout.reset()
         assert greedy.python("while True:\n    pass").startswith("Error: timed out")
         start = time.monotonic()
         assert greedy.python("6 * 7") == "Error: this rollout's time for running code is used up; answer without " \
@@ -167,31 +174,32 @@ def test_each_rollout_gets_its_own_share_of_a_steps_tool_time():
         budget.on_log(None, None, None, logs=logs)
         assert logs["tools/seconds"] >= 4.0
         # An evaluation after a step that spent its budget still runs its tools, each batch with its own budget.
-        (evaluated,) = new_rollouts(1)
+        evaluated = other
+        evaluated.reset()
         assert evaluated.python("6 * 7") == "42"
         budget.on_prediction_step(None, None, None)
         logs = {"eval_reward": 0.0}
         budget.on_log(None, None, None, logs=logs)
         assert 0 < logs["eval_tools/seconds"] < 1.0
         budget.on_step_begin(None, None, None)  # the next step's rollouts start with their whole share
-        (fresh,) = new_rollouts(1)
+        fresh = other
+        fresh.reset()
         assert fresh.python("6 * 7") == "42"
         # Outside a training run (evaluate.py, async_grpo.py's rollout process) no step ends to renew the budget: none
         # applies there, however much tool time the calls have taken.
         budget.on_train_end(None, None, None)
-        (alone,) = new_rollouts(1)
+        alone = greedy
+        alone.reset()
         for _ in range(3):
             assert alone.python("while True:\n    pass").startswith("Error: timed out")
         assert alone.seconds > budget.seconds_per_step and alone.python("6 * 7") == "42"
     finally:
-        budget.seconds_per_step = seconds
-        budget.on_train_end(None, None, None)
+        greedy.sandbox.close()
 
 
 def test_waiting_for_another_callers_call_is_not_charged_as_tool_time():
-    tool_use_grpo.SANDBOX.start()
-    tool_use_grpo.TOOL_BUDGET.on_step_end(None, None, None)
-    rollouts = new_rollouts(8)
+    rollouts = interpreters(8)
+    rollouts[0].sandbox.start()
     threads = [threading.Thread(target=rollout.python, args=("import time\ntime.sleep(0.1)",)) for rollout in rollouts]
     start = time.monotonic()
     for thread in threads:
@@ -200,30 +208,79 @@ def test_waiting_for_another_callers_call_is_not_charged_as_tool_time():
         thread.join()
     assert time.monotonic() - start >= 0.8  # the sandbox serves one call at a time
     assert all(0.1 <= rollout.seconds < 0.3 for rollout in rollouts), [rollout.seconds for rollout in rollouts]
+    rollouts[0].sandbox.close()
 
 
 def test_a_sandbox_that_cannot_start_again_stops_the_run_in_one_line():
-    tool_use_grpo.TOOL_BUDGET.used = 0.0  # earlier tests' calls in this process may have spent it: the call must run
-    box = tool_use_grpo.SANDBOX
+    (interpreter,) = interpreters()
+    box = interpreter.sandbox
     box.start()
     warmup, box.warmup = box.warmup, "import os\nos._exit(3)"  # every new zygote dies while it starts
     try:
         box._zygote.kill()
         box._zygote.wait()
-        with pytest.raises(SystemExit) as stopped:
-            tool_use_grpo.python("6 * 7")
+        with pytest.raises(Refusal) as stopped:
+            interpreter.python("6 * 7")
         message = str(stopped.value)
         assert message.startswith("sandbox: ") and message.endswith("(the sandbox stopped working during the run)")
         assert "\n" not in message
     finally:
         box.warmup = warmup
-    assert tool_use_grpo.python("6 * 7") == "42"
+    assert interpreter.python("6 * 7") == "42"
+    box.close()
 
 
-def test_an_unknown_sandbox_engine_is_one_line_not_a_weaker_mode():
-    args = tool_use_grpo.ScriptArguments(tool_sandbox="bubblewarp")
-    try:
-        with pytest.raises(SystemExit, match="unknown engine 'bubblewarp'"):
-            tool_use_grpo.setup_tools(args)
-    finally:
-        tool_use_grpo.SANDBOX.engine = "bubblewrap"
+def test_an_unknown_sandbox_engine_is_one_line_not_a_weaker_mode(kit):
+    with pytest.raises(Refusal, match="unknown engine 'bubblewarp'"):
+        interpreters(tool_sandbox="bubblewarp")
+    with pytest.raises(Refusal, match=r"--tool_sandbox.*invalid choice: 'bubblewarp' \(choose from 'bubblewrap', "
+                       r"'landlock'\)"):  # from the command line: before anything loads
+        tool_use_grpo.main(["--config", str(kit / "tool_use_grpo.yaml"), "--tool_sandbox", "bubblewarp"])
+
+
+# ------------------------------------------------------------------------------------------------------- the rubric
+def tool_turn(code, result):
+    call = {"type": "function", "function": {"name": "python", "arguments": {"code": code}}}
+    return [{"role": "assistant", "content": "", "tool_calls": [call]},
+            {"role": "tool", "name": "python", "content": result}]
+
+
+def final(text):
+    return [{"role": "assistant", "content": text}]
+
+
+def test_no_tool_use_pattern_outscores_a_correct_answer():
+    def total(completion):
+        return sum(w * f(completions=[completion], answer=["18"])[0]
+                   for f, w in zip(tool_use_grpo.REWARD_FUNCS, tool_use_grpo.REWARD_WEIGHTS, strict=True))
+
+    genuine = tool_turn("print(3 * 6)", "18") + final("<answer>18</answer>")
+    correct_without_tools = final("<answer>18</answer>")
+    correct_with_errors = tool_turn("1/0", "Error: ZeroDivisionError") * 3 + final("<answer>18</answer>")
+    tool_spam = sum((tool_turn(f"print({i})", str(i)) for i in range(20)), []) + final("<answer>17</answer>")
+    answer_only_in_tool_code = tool_turn("print(18)", "18") + final("I computed it above.")
+    for gamed in (tool_spam, answer_only_in_tool_code):
+        assert total(gamed) < total(correct_with_errors) < total(correct_without_tools) < total(genuine)
+
+
+
+
+@pytest.mark.parametrize("credit_weight", [None, 0.5, 0.99])
+def test_turn_level_credit_never_lifts_a_wrong_answer_over_a_right_one(credit_weight):
+    """For the recipe's weight of used_output_reward and any weight below 1 (agent_demo --turn_credit refuses more)."""
+    weights = [credit_weight if credit_weight is not None and f is rewards.used_output_reward else w
+               for f, w in zip(tool_use_grpo.REWARD_FUNCS, tool_use_grpo.REWARD_WEIGHTS, strict=True)]
+
+    def total(completion):
+        return sum(w * f(completions=[completion], answer=["18"])[0]
+                   for f, w in zip(tool_use_grpo.REWARD_FUNCS, weights, strict=True))
+
+    right = [tool_turn("print(3 * 6)", "18") + final("<answer>18</answer>"), final("<answer>18</answer>"),
+             tool_turn("1/0", "Error: ZeroDivisionError") * 3 + final("<answer>18</answer>"),
+             tool_turn("print(3 * 6)", "18") * 4 + final("<answer>18</answer>")]
+    wrong = [tool_turn("print(3 + 6)", "9") + final("<answer>9</answer>"),                   # the used, wrong result
+             tool_turn("print(17)", "17") + final("<answer>17</answer>"),                    # a printed guess
+             sum((tool_turn(f"print({i} + 1)", str(i + 1)) for i in range(20)), []) + final("<answer>21</answer>"),
+             tool_turn("print(18)", "18") + final("I computed it above."),
+             tool_turn("print(3 * 6)", "18") + final("<answer>18</answer><answer>17</answer>")]
+    assert max(map(total, wrong)) < min(map(total, right))

@@ -25,6 +25,7 @@ from openai import OpenAI
 
 import rewards
 from conftest import ROOT, free_port
+from grpo_recipes.refusal import Refusal
 
 pytestmark = pytest.mark.vllm
 vllm = pytest.importorskip("vllm", reason="the vLLM tier runs where vLLM is installed (.ci/run builds it)")
@@ -81,15 +82,15 @@ def logp_differences(history: list[dict]) -> list[float]:
 
 def test_on_a_cpu_vllm_runs_only_when_asked_and_server_mode_is_refused_in_one_line():
     import gsm8k_grpo
-    import plumbing
+    from grpo_recipes import configs, options
 
     def parse(*argv: str):
-        return plumbing.parse_args(gsm8k_grpo.ScriptArguments, gsm8k_grpo.RECIPE_DEFAULTS, list(argv))[1]
+        return options.parse_args(gsm8k_grpo.ScriptArguments, gsm8k_grpo.RECIPE_DEFAULTS, list(argv))[1]
 
-    assert plumbing.vllm_cpu_build()
+    assert configs.vllm_cpu_build()
     assert parse().use_vllm is False  # CPU vLLM starts slower than the tiny model generates: never chosen for you
     assert parse("--use_vllm", "--vllm_mode", "colocate").use_vllm is True
-    with pytest.raises(SystemExit, match="--vllm_mode server moves weights over NCCL, which needs CUDA"):
+    with pytest.raises(Refusal, match="--vllm_mode server moves weights over NCCL, which needs CUDA"):
         parse("--use_vllm", "--vllm_mode", "server")
 
 
@@ -319,8 +320,8 @@ def test_async_grpo_trains_on_a_cpu_and_the_server_generates_with_each_new_adapt
     assert leftover.returncode == 1 and leftover.stderr.strip().splitlines()[-1].endswith(
         "still holds an earlier run's adapters (trl-policy-v1): restart it"), leftover.stderr[-3000:]
     # the policy the server generates with moved: other text, or the same text at other probabilities
-    moved = [text != text_after or max(abs(a - b) for a, b in zip(logprobs, logprobs_after)) > 1e-3
-             for (text, logprobs), (text_after, logprobs_after) in zip(before, after)]
+    moved = [text != text_after or max(abs(a - b) for a, b in zip(logprobs, logprobs_after, strict=True)) > 1e-3
+             for (text, logprobs), (text_after, logprobs_after) in zip(before, after, strict=True)]
     assert all(moved), (before, after)
 
 

@@ -1,7 +1,8 @@
-"""plumbing.py: the config classes, option parsing, the run summary and plots that every recipe shares.
+"""grpo_recipes/options.py, configs.py and ranges.py: a recipe's options, the config classes' machine defaults, the
+defaults that depend on other options, and the batch checks.
 
-The checks are exercised through gsm8k_grpo's options, as its main() parses them; the recipes' own tests run them
-end to end.
+The checks are exercised through gsm8k_grpo's options, as its main() parses them; the recipes' own tests and
+test_mistakes.py run them end to end.
 """
 
 import dataclasses
@@ -16,14 +17,13 @@ import yaml
 from trl import ModelConfig
 
 import gsm8k_grpo
-import plumbing
-import preflight
 import sft_warmstart
+from grpo_recipes import configs, contract, options
+from grpo_recipes.refusal import Refusal
 
 
 def parse_args(argv: list[str]):
-    return plumbing.parse_args(gsm8k_grpo.ScriptArguments, gsm8k_grpo.RECIPE_DEFAULTS, argv,
-                               reward_weights=gsm8k_grpo.REWARD_WEIGHTS)
+    return options.parse_args(gsm8k_grpo.ScriptArguments, gsm8k_grpo.RECIPE_DEFAULTS, argv)
 
 
 # ----------------------------------------------------------------------------------------------------------- config
@@ -44,15 +44,15 @@ def test_a_gpu_that_only_emulates_bf16_gets_fp16(gpu, native_bf16, expected, mon
 
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", is_bf16_supported)
     args = SimpleNamespace(use_cpu=False, bf16=None, fp16=False)
-    assert plumbing.default_precision(args) and ("bf16" if args.bf16 else "fp16" if args.fp16 else "fp32") == expected
+    assert configs.default_precision(args) and ("bf16" if args.bf16 else "fp16" if args.fp16 else "fp32") == expected
 
 
-@pytest.mark.parametrize("recipe", ["gsm8k_grpo", "tool_use_grpo", "search_agent_grpo", "sft_warmstart"])
+@pytest.mark.parametrize("recipe", [*contract.RECIPES, "sft_warmstart"])
 def test_every_recipe_default_names_a_real_option(recipe):
     # TrlParser drops an unknown default silently: a renamed TRL option (warmup_ratio, gone in transformers 5) would
     # quietly stop applying. Each default must be a field of the recipe's dataclasses.
     module = importlib.import_module(recipe)
-    config = sft_warmstart.RecipeSFTConfig if recipe == "sft_warmstart" else plumbing.RecipeGRPOConfig
+    config = sft_warmstart.RecipeSFTConfig if recipe == "sft_warmstart" else configs.RecipeGRPOConfig
     fields = {f.name for cls in (module.ScriptArguments, config, ModelConfig) for f in dataclasses.fields(cls)}
     assert set(module.RECIPE_DEFAULTS) - fields == set()
 
@@ -69,7 +69,7 @@ def test_yaml_overrides_recipe_defaults_and_the_command_line_overrides_yaml(tmp_
 # ------------------------------------------------------------------------------------------------------- pre-flight
 def test_the_gists_batch_of_one_with_sixteen_generations_is_rejected_with_the_fix():
     argv = ["--per_device_train_batch_size", "1", "--gradient_accumulation_steps", "4", "--num_generations", "16"]
-    with pytest.raises(SystemExit, match=r"1 × 1 × 4 is not a multiple of num_generations=16: pass "
+    with pytest.raises(Refusal, match=r"1 × 1 × 4 is not a multiple of num_generations=16: pass "
                                          r"--per_device_train_batch_size 4 "):
         parse_args(argv)
     _, args, _ = parse_args([*argv, "--per_device_train_batch_size", "4"])
@@ -77,33 +77,33 @@ def test_the_gists_batch_of_one_with_sixteen_generations_is_rejected_with_the_fi
 
 
 def test_an_eval_batch_that_cannot_hold_whole_groups_is_rejected_with_the_fix():
-    with pytest.raises(SystemExit, match=r"num_generations_eval=4: pass --per_device_eval_batch_size 4"):
+    with pytest.raises(Refusal, match=r"num_generations_eval=4: pass --per_device_eval_batch_size 4"):
         parse_args(["--per_device_eval_batch_size", "6"])
 
 
 def test_batch_divisibility_accounts_for_the_number_of_processes(monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "3")
-    with pytest.raises(SystemExit, match=r"8 × 3 × 4 is not a multiple of num_generations=7: pass "
+    with pytest.raises(Refusal, match=r"8 × 3 × 4 is not a multiple of num_generations=7: pass "
                                          r"--per_device_train_batch_size 14 "):
         parse_args(["--num_generations", "7"])
 
 
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vLLM is installed here")
 def test_use_vllm_without_vllm_says_how_to_install_it():
-    with pytest.raises(SystemExit, match=r"vLLM is not installed; `pip install 'trl\[vllm\]'`"):
+    with pytest.raises(Refusal, match=r"vLLM is not installed; `pip install 'trl\[vllm\]'`"):
         parse_args(["--use_vllm"])
 
 
-# -------------------------------------------------------------------------------------------------------- notebooks
-@pytest.mark.parametrize("recipe", ["gsm8k_grpo", "tool_use_grpo", "search_agent_grpo", "sft_warmstart"])
+# ------------------------------------------------------------------------------------------------------------ Colab
+@pytest.mark.parametrize("recipe", [*contract.RECIPES, "sft_warmstart"])
 def test_on_colab_each_recipe_takes_its_visible_t4_values_and_its_own_flags_still_win(recipe, monkeypatch):
     monkeypatch.setitem(sys.modules, "google.colab", types.ModuleType("google.colab"))  # what Colab's runtime imports
     module = importlib.reload(importlib.import_module(recipe))  # its config reads ON_COLAB when imported
     try:
         assert module.ON_COLAB
-        config = sft_warmstart.RecipeSFTConfig if recipe == "sft_warmstart" else plumbing.RecipeGRPOConfig
-        _, training_args, model_args = plumbing.parse_args(module.ScriptArguments, module.RECIPE_DEFAULTS,
-                                                           ["--max_steps", "7"], config_class=config)  # batch checks pass
+        config = sft_warmstart.RecipeSFTConfig if recipe == "sft_warmstart" else configs.RecipeGRPOConfig
+        _, training_args, model_args = options.parse_args(module.ScriptArguments, module.RECIPE_DEFAULTS,
+                                                          ["--max_steps", "7"], config_class=config)  # batches pass
         assert training_args.max_steps == 7 and model_args.use_peft  # the notebook's own flags win
         if recipe != "sft_warmstart":
             assert "0.5B" in model_args.model_name_or_path
@@ -118,24 +118,7 @@ def test_outside_colab_the_recipe_defaults_are_the_one_gpu_ones():
     assert "1.5B" in gsm8k_grpo.MODEL_NAME and gsm8k_grpo.RECIPE_DEFAULTS["max_steps"] == -1
 
 
-def test_plot_training_draws_every_reward_component_the_total_and_the_length(tmp_path):
-    history = [{"step": s, "loss": 0.1, "reward": s / 10, "completions/mean_length": 30 - s,
-                "rewards/correctness_reward/mean": s / 20, "rewards/strict_format_reward/mean": 0.5} for s in (1, 2, 3)]
-    history.append({"step": 3, "eval_reward": 0.2, "eval_rewards/correctness_reward/mean": 0.1})
-    path = plumbing.plot_training(history, tmp_path / "curves.png")
-    assert path.read_bytes().startswith(b"\x89PNG") and path.stat().st_size > 10_000
-    sft = plumbing.plot_training([{"step": 1, "loss": 2.0}, {"step": 2, "loss": 1.0}], tmp_path / "sft.png")
-    assert sft.stat().st_size > 5_000
-
-
 # ----------------------------------------------------------------------------------------------- options that combine
-def test_checkpointing_is_on_by_default_and_off_with_the_flag_every_transformers_release_has():
-    assert preflight.checkpointing_on(parse_args([])[1]) is True
-    assert preflight.checkpointing_on(parse_args(["--gradient_checkpointing", "false"])[1]) is False
-    if hasattr(parse_args([])[1], "activation_checkpointing"):  # transformers 5.23+: the new name works too
-        assert preflight.checkpointing_on(parse_args(["--activation_checkpointing", "false"])[1]) is False
-
-
 def test_lora_takes_the_recipes_visible_lora_learning_rate_unless_a_learning_rate_is_given(tmp_path):
     full_rate, lora_rate = gsm8k_grpo.RECIPE_DEFAULTS["learning_rate"], gsm8k_grpo.RECIPE_DEFAULTS["lora_learning_rate"]
     assert lora_rate != full_rate
@@ -147,41 +130,14 @@ def test_lora_takes_the_recipes_visible_lora_learning_rate_unless_a_learning_rat
     config.write_text("learning_rate: 7.0e-6\n")
     assert parse_args(["--config", str(config)])[1].learning_rate == pytest.approx(7e-6)  # given in YAML counts
     defaults = {**gsm8k_grpo.RECIPE_DEFAULTS, "lora_learning_rate": None}  # a fork without one: no hidden multiplier
-    assert plumbing.parse_args(gsm8k_grpo.ScriptArguments, defaults, [])[1].learning_rate == pytest.approx(full_rate)
-
-
-def test_the_run_summary_says_what_runs_read_off_the_model_and_the_effective_learning_rate(kit):
-    from peft import LoraConfig, get_peft_model
-    from transformers import AutoModelForCausalLM
-
-    model = AutoModelForCausalLM.from_pretrained(kit / "tiny-qwen2")
-    _, args, _ = parse_args([])
-    lora = get_peft_model(model, LoraConfig(r=16, target_modules="all-linear"))
-    assert (f"model {kit / 'tiny-qwen2'} | LoRA r=16 | learning_rate 5e-05 (lora_learning_rate: --use_peft without "
-            "--learning_rate) | max_completion_length 512") in plumbing.run_summary(args, lora)
-    _, args, _ = parse_args(["--learning_rate", "3e-5", "--use_peft", "false"])
-    summary = plumbing.run_summary(args, AutoModelForCausalLM.from_pretrained(kit / "tiny-qwen2"))
-    assert "| full fine-tune | learning_rate 3e-05 | max_completion_length 512 | max_steps -1 | precision fp32" in summary
+    assert options.parse_args(gsm8k_grpo.ScriptArguments, defaults, [])[1].learning_rate == pytest.approx(full_rate)
 
 
 def test_qlora_never_runs_beside_vllm():
     _, args, model_args = parse_args(["--load_in_4bit"])
     args.use_vllm, args.use_vllm_chosen = True, True  # what a GPU with vLLM installed would have chosen
-    plumbing.apply_dependent_defaults(args, model_args, {"load_in_4bit"})
+    configs.apply_dependent_defaults(args, model_args, {"load_in_4bit"})
     assert args.use_vllm is False
     args.use_vllm, args.use_vllm_chosen = True, False  # asked for, with --use_vllm
-    with pytest.raises(SystemExit, match="--use_vllm with --load_in_4bit: TRL would merge the LoRA adapter"):
-        plumbing.apply_dependent_defaults(args, model_args, {"load_in_4bit", "use_vllm"})
-
-
-def test_lora_under_zero3_gets_reentrant_checkpointing_where_transformers_reads_it():
-    from accelerate.utils import DeepSpeedPlugin
-
-    _, args, model_args = parse_args([])
-    plumbing.reentrant_checkpointing_for_peft_zero3(args, model_args.use_peft)
-    read = "activation_checkpointing_kwargs" if hasattr(args, "activation_checkpointing") else \
-        "gradient_checkpointing_kwargs"  # the name the installed transformers' Trainer reads
-    assert not (getattr(args, read) or {}).get("use_reentrant")  # no ZeRO-3: untouched
-    args.deepspeed_plugin = DeepSpeedPlugin(zero_stage=3)
-    plumbing.reentrant_checkpointing_for_peft_zero3(args, model_args.use_peft)
-    assert getattr(args, read)["use_reentrant"] is True
+    with pytest.raises(Refusal, match="--use_vllm with --load_in_4bit: TRL would merge the LoRA adapter"):
+        configs.apply_dependent_defaults(args, model_args, {"load_in_4bit", "use_vllm"})

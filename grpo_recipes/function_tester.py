@@ -1,0 +1,194 @@
+"""A function's tests run against it across a sandbox boundary: code_grpo.py's test reward.
+
+    tester = FunctionTester(seconds_per_test=3)
+    tester.run("def add(a, b):\\n    return a + b", "add", ["assert add(1, 2) == 3"])  # [Verdict(passed=True, why='')]
+
+Test rewards are the most gamed rewards there are: code that runs in the same process as its tests can print what a
+harness prints, exit before the asserts, return an object whose __eq__ is always true, patch the builtins or the
+comparison, or read the expected values from the test's source or frames. So the candidate's program and the tests
+run in two sandboxes (two zygotes: neither process ever holds the other's code, not even in freed memory), and the
+tests call the candidate's function through the trainer, which passes plain data (plain_data.py: JSON, no object of
+the candidate's crosses, nothing is unpickled) one call at a time. Each test gets a fresh candidate process and
+directory.
+"""
+
+import ast
+import contextlib
+import json
+import queue
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import NamedTuple
+
+from grpo_recipes.sandbox import PRELOAD, Sandbox, Session, describe
+
+
+class Verdict(NamedTuple):
+    """One test's outcome; `why` is empty when it passed."""
+    passed: bool
+    why: str = ""
+
+
+class FunctionTester:
+    """Runs tests (Python source) against a function defined by an untrusted program, the two in separate sandboxes.
+
+        tester = FunctionTester(seconds_per_test=3)
+        tester.run("def add(a, b):\\n    return a + b", "add", ["assert add(1, 2) == 3", "assert add(0, 0) == 1"])
+        # -> [Verdict(passed=True, why=''), Verdict(passed=False, why='AssertionError')]
+
+    A test passes when its source runs to the end without an exception, with `entry_point` and `candidate` bound to
+    a stand-in that calls the program's function in the other sandbox and returns what it returned, rebuilt from plain
+    data (None, bool, int, float, complex, str, bytes; lists, tuples, sets, frozensets and dicts of them). A value
+    that is anything else, an exception, a crash, an exit or running out of time is an exception in the test; the
+    candidate's exceptions arrive as the builtin exception of the same name (others, and SystemExit, as
+    CandidateError). `setup` (the problem's own helpers and imports) runs first on both sides. Each test has
+    seconds_per_test of wall-clock time in all, both processes and every call included; after a test times out, the
+    program's later tests fail unrun, so code that hangs costs one test's time, not all of them.
+    """
+
+    def __init__(self, seconds_per_test: float = 3.0, workers: int = 1, memory_mb: int = 1024,
+                 engine: str = "bubblewrap", unsafe_without_isolation: bool = False,
+                 max_landlock_abi: int | None = None):
+        self.seconds_per_test, self.workers = seconds_per_test, workers
+        options = dict(timeout=seconds_per_test, memory_mb=memory_mb, engine=engine, max_landlock_abi=max_landlock_abi,
+                       unsafe_without_isolation=unsafe_without_isolation,
+                       preload=PRELOAD + ("grpo_recipes.plain_data",))  # what the drivers below import
+        self.pairs = [(Sandbox(**options), Sandbox(**options)) for _ in range(workers)]  # (candidate's, tests')
+        self._free = self._free_pairs()
+
+    def _free_pairs(self) -> queue.SimpleQueue:
+        free = queue.SimpleQueue()
+        for pair in self.pairs:
+            free.put(pair)
+        return free
+
+    def __getstate__(self) -> dict:  # the options and the sandboxes' options: they start afresh where unpickled
+        return {key: value for key, value in self.__dict__.items() if key != "_free"}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._free = self._free_pairs()
+
+    def start(self) -> dict:
+        """Start every sandbox; the protections in force (the same in each). Raises SandboxUnavailable."""
+        return [box.start() for pair in self.pairs for box in pair][0]
+
+    def describe(self) -> str:
+        """One line for the log: the workers and the sandboxes' protections."""
+        return f"tests: {self.workers} at a time, {self.seconds_per_test:g} s each; {describe(self.start())}"
+
+    def close(self) -> None:
+        for box in (box for pair in self.pairs for box in pair):
+            box.close()
+
+    def run(self, program: str, entry_point: str, tests: list[str], setup: str = "") -> list[Verdict]:
+        """One Verdict per test, in order."""
+        try:
+            ast.parse(program)
+        except (SyntaxError, ValueError, RecursionError, MemoryError) as err:  # nothing to run: no process needed
+            return [Verdict(False, f"the program does not parse: {err.__class__.__name__}")] * len(tests)
+        pair, verdicts = self._free.get(), []  # a pair of sandboxes of its own: `workers` programs run at once
+        tests_process, tests_session = contextlib.ExitStack(), None  # the tests' side lives across the tests
+        try:
+            for test in tests:
+                if verdicts and verdicts[-1].why.startswith(("timed out", "not run")):
+                    verdicts.append(Verdict(False, "not run: an earlier test timed out"))  # hanging costs one test
+                    continue
+                if tests_session is None or tests_session.ended:  # (only the program's side must be fresh)
+                    tests_process.close()
+                    tests_session = tests_process.enter_context(pair[1].session(
+                        _TEST_DRIVER, (self.seconds_per_test + 1) * len(tests)))
+                verdicts.append(self._run_one(pair[0], tests_session, program, entry_point, test, setup))
+            return verdicts
+        finally:
+            tests_process.close()
+            self._free.put(pair)
+
+    def run_all(self, jobs: list[tuple]) -> list[list[Verdict]]:
+        """run(*job) for each (program, entry_point, tests, setup) job, `workers` at a time."""
+        with ThreadPoolExecutor(self.workers) as pool:
+            return list(pool.map(lambda job: self.run(*job), jobs))
+
+    def _run_one(self, candidate_box: Sandbox, tests: Session, program: str, entry_point: str, test: str,
+                 setup: str) -> Verdict:
+        """One test: a fresh process for the program; the tests' process (`tests`) runs it and calls across."""
+        deadline = time.monotonic() + self.seconds_per_test
+        left = lambda: deadline - time.monotonic()  # noqa: E731
+        with candidate_box.session(_CANDIDATE_DRIVER, self.seconds_per_test + 1) as candidate:
+            loaded = _parsed(candidate.ask(json.dumps({"program": setup + "\n" + program, "entry_point": entry_point}),
+                                           left()))
+            if loaded.get("ready") is not True:
+                why = loaded.get("error") if isinstance(loaded.get("error"), str) else candidate.ended
+                return Verdict(False, f"the program did not load: {str(why or 'no answer')[:200]}")
+            message = _parsed(tests.ask(json.dumps({"setup": setup, "test": test, "entry_point": entry_point}),
+                                        left()))
+            while "call" in message:
+                answer = _parsed(candidate.ask(json.dumps({"call": message["call"]}), left()))
+                if "value" in answer:
+                    answer = {"value": answer["value"]}
+                else:  # an exception, a crash or garbage: the test sees an exception, never a verdict
+                    name, text = answer.get("raise"), answer.get("message")
+                    answer = {"raise": name if isinstance(name, str) else "CandidateError",
+                              "message": (text if isinstance(text, str) else str(candidate.ended))[:500]}
+                message = _parsed(tests.ask(json.dumps(answer), left()))
+            if message.get("passed") is True:
+                return Verdict(True)
+            if left() <= 0:
+                return Verdict(False, f"timed out after {self.seconds_per_test:g} s")
+            return Verdict(False, str(message.get("error") or tests.ended or "no verdict")[:300])
+
+
+def _parsed(line: str | None) -> dict:
+    try:
+        value = json.loads(line) if line else {}
+    except (ValueError, RecursionError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+
+# The two sides' programs, run in each session's child (plain_data.py is imported there: the zygote preloaded it).
+_CANDIDATE_DRIVER = """
+import json
+from grpo_recipes import plain_data
+request = json.loads(channel.receive())
+namespace = {"__name__": "candidate", "__builtins__": __builtins__}  # not __main__: no demo block runs
+try:
+    exec(compile(request["program"], "<candidate>", "exec"), namespace)
+    function = namespace.get(request["entry_point"])
+    answer = {"ready": True} if callable(function) else {"error": f"it defines no function {request['entry_point']}"}
+except BaseException as err:
+    answer = {"error": plain_data.error_line(err)}
+channel.send(json.dumps(answer))
+while "ready" in answer:
+    args, kwargs = plain_data.decode_plain(json.loads(channel.receive())["call"])
+    try:
+        answer = {"value": plain_data.encode_plain(function(*args, **kwargs)), "ready": True}
+    except BaseException as err:
+        answer = {"raise": type(err).__name__, "message": plain_data.error_line(err).partition(": ")[2], "ready": True}
+    channel.send(json.dumps(answer))
+"""
+
+_TEST_DRIVER = """
+import json
+from grpo_recipes import plain_data
+
+def candidate(*args, **kwargs):
+    channel.send(json.dumps({"call": plain_data.encode_plain([list(args), kwargs])}))
+    answer = json.loads(channel.receive())
+    if "value" in answer:
+        return plain_data.decode_plain(answer["value"])
+    raise plain_data.candidate_exception(answer.get("raise"), answer.get("message", ""))
+
+while True:  # one test per request, each in a namespace of its own
+    request = json.loads(channel.receive())
+    namespace = {"__name__": "__main__"}
+    try:
+        exec(compile(request["setup"], "<setup>", "exec"), namespace)
+        namespace[request["entry_point"]] = namespace["candidate"] = candidate
+        exec(compile(request["test"], "<test>", "exec"), namespace)
+        verdict = {"passed": True}
+    except BaseException as err:
+        verdict = {"passed": False, "error": plain_data.error_line(err)}
+    channel.send(json.dumps(verdict))
+"""
