@@ -26,6 +26,7 @@ combining rewards · your own reward (`score_each`). The parsers and answer matc
 under the same names. The GSM8K format rewards live in gsm8k_grpo.py.
 """
 
+import functools
 import json
 import math
 import os
@@ -512,8 +513,9 @@ def combine(weights: dict) -> tuple[list, list[float]]:
 
 
 def reward_name(func) -> str:
-    """The name TRL logs a reward under (functools.partial unwrapped, callable objects by __name__)."""
-    while hasattr(func, "func"):
+    """The name TRL logs a reward under, as trl.trainer.utils.get_callable_name gives it (functools.partial unwrapped,
+    a callable object by its class's name), without importing TRL into the rubric library."""
+    while isinstance(func, functools.partial):
         func = func.func
     return getattr(func, "__name__", type(func).__name__)
 
@@ -523,7 +525,7 @@ def describe(funcs: list, weights: list[float]) -> list[tuple[str, float, str, s
     rows = []
     for func, weight in zip(funcs, weights, strict=True):
         base = func
-        while hasattr(base, "func"):
+        while isinstance(base, functools.partial):
             base = base.func
         doc = " ".join((getattr(base, "__doc__", None) or "").split())
         pays_for = doc.split(". ")[0].rstrip(".") if doc else ""

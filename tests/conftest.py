@@ -1,4 +1,4 @@
-"""Shared fixtures: the offline kit (toy GSM8K data + tiny Qwen2 model), built once per test session."""
+"""Shared fixtures: the offline kits (toy data, tiny Qwen2 models, configs), built once per test session."""
 
 import json
 import os
@@ -19,24 +19,40 @@ sys.path.insert(1, str(ROOT / "experiments"))  # the demos, which the tests impo
 os.environ.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", OMP_NUM_THREADS="1", WANDB_SILENT="true")
 
 
-@pytest.fixture(scope="session")
-def kit(tmp_path_factory) -> Path:
-    """`python offline.py --out_dir <tmp> --tools --search`: toy data, the tiny model, its two warm starts, configs."""
+def built_once(tmp_path_factory, worker_id: str, name: str, *flags: str) -> Path:
+    """`python offline.py --out_dir <session tmp>/<name> <flags>`, built once per test session: under `-n 2` the first
+    worker to ask builds it and the other waits for it (a kit's warm starts take minutes of one core; each worker
+    building its own cost the suite one of them)."""
+    import torch
+    from filelock import FileLock
+
     import offline
 
-    out = tmp_path_factory.mktemp("offline")
-    offline.main(["--out_dir", str(out), "--tools", "--search"])
+    session = tmp_path_factory.getbasetemp()
+    shared = session if worker_id == "master" else session.parent  # xdist: <session>/popen-gw0, <session>/popen-gw1
+    out = shared / name
+    with FileLock(str(shared / f"{name}.lock")):
+        if not (out / "built").exists():
+            threads = torch.get_num_threads()
+            torch.set_num_threads(os.cpu_count() or 1)  # the other worker mostly waits for the kit: 103 s, not 170
+            try:
+                offline.main(["--out_dir", str(out), *flags])
+            finally:
+                torch.set_num_threads(threads)
+            (out / "built").touch()
     return out
 
 
 @pytest.fixture(scope="session")
-def code_kit(tmp_path_factory) -> Path:
-    """`python offline.py --out_dir <tmp> --code`: the base kit and code_grpo's (toy problems, a warm-started model)."""
-    import offline
+def kit(tmp_path_factory, worker_id) -> Path:
+    """`python offline.py --tools --search`: toy data, the tiny model, its two warm starts, configs."""
+    return built_once(tmp_path_factory, worker_id, "offline", "--tools", "--search")
 
-    out = tmp_path_factory.mktemp("offline-code")
-    offline.main(["--out_dir", str(out), "--code"])
-    return out
+
+@pytest.fixture(scope="session")
+def code_kit(tmp_path_factory, worker_id) -> Path:
+    """`python offline.py --code`: the base kit and code_grpo's (toy problems, a warm-started model)."""
+    return built_once(tmp_path_factory, worker_id, "offline-code", "--code")
 
 
 def free_port() -> int:

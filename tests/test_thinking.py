@@ -10,17 +10,14 @@ from trl import GRPOTrainer
 import gsm8k_grpo
 import rewards
 import tool_use_grpo
+from conftest import built_once
 from grpo_recipes.refusal import Refusal
 
 
-@pytest.fixture(scope="module")
-def thinking_kit(tmp_path_factory):
+@pytest.fixture(scope="session")
+def thinking_kit(tmp_path_factory, worker_id):
     """`python offline.py --thinking --tools`: tiny-qwen3 and a warm start that thinks, then calls the python tool."""
-    import offline
-
-    out = tmp_path_factory.mktemp("thinking_kit")
-    offline.main(["--out_dir", str(out), "--thinking", "--tools"])
-    return out
+    return built_once(tmp_path_factory, worker_id, "thinking-kit", "--thinking", "--tools")
 
 
 def runs(ids: list[int], mask: list[int]) -> list[tuple[int, int]]:

@@ -24,7 +24,8 @@ import pytest
 from openai import OpenAI
 
 import rewards
-from conftest import ROOT, free_port
+from conftest import ROOT, built_once, free_port
+from grpo_recipes import contract
 from grpo_recipes.refusal import Refusal
 
 pytestmark = pytest.mark.vllm
@@ -41,19 +42,9 @@ SYNCED_MEAN_LOGP_DIFFERENCE = 0.02
 
 @pytest.fixture(scope="session")
 def vllm_kit(tmp_path_factory, worker_id):
-    """`python offline.py --vllm --tools --search`: the kit with models whose attention heads vLLM's CPU build takes.
-    Built once per session; under `-n 2` the first worker builds it and the other waits for it."""
-    from filelock import FileLock
-
-    import offline
-
-    shared = tmp_path_factory.getbasetemp() if worker_id == "master" else tmp_path_factory.getbasetemp().parent
-    out = shared / "vllm-kit"
-    with FileLock(str(shared / "vllm-kit.lock")):
-        if not (out / "built").exists():
-            offline.main(["--out_dir", str(out), "--vllm", "--tools", "--search"])
-            (out / "built").touch()
-    return out
+    """`python offline.py --vllm --tools --search --code`: the kit with models whose attention heads vLLM's CPU build
+    takes."""
+    return built_once(tmp_path_factory, worker_id, "vllm-kit", "--vllm", "--tools", "--search", "--code")
 
 
 def train(recipe: str, kit, out, *flags: str, sync: bool = True) -> tuple[list[dict], str]:
@@ -190,10 +181,11 @@ RECIPE_FLAGS = {
     "search_agent_grpo": lambda kit: ["--dataset_path", str(kit / "search_toy" / "questions"), "--corpus_path",
                                       str(kit / "search_toy" / "corpus.jsonl"), "--index_dir",
                                       str(kit / "bm25_index")],
+    "code_grpo": lambda kit: ["--dataset_path", str(kit / "code_toy")],
 }
 
 
-@pytest.mark.parametrize("recipe", list(RECIPE_FLAGS))
+@pytest.mark.parametrize("recipe", contract.RECIPES)  # a recipe missing from RECIPE_FLAGS fails here
 def test_evaluate_runs_every_recipe_against_vllm_serve(vllm_kit, tool_server, tmp_path, recipe):
     report, rows = evaluate(recipe, tool_server, tmp_path / "rollouts.jsonl", "-n", "8", "-r", "2", "--max_tokens",
                             "64", "--temperature", "0", *RECIPE_FLAGS[recipe](vllm_kit))
@@ -373,3 +365,21 @@ def test_async_grpo_trains_a_tool_recipe_with_its_tools_readied_in_the_rollout_p
     assert calls >= 8 and failures <= 0.05 * calls, steps
     scored = {key for log in steps for key in log if key.startswith("rewards/")}
     assert scored >= {f"rewards/{rewards.reward_name(f)}" for f in __import__(recipe).REWARD_FUNCS}, scored
+
+
+def test_async_grpo_scores_code_grpo_with_the_runs_test_options_in_the_rollout_process(vllm_kit, tmp_path):
+    """code_grpo's test rewards carry their sandboxes' options (CodeTests) into TRL's spawned rollout process, where
+    the sandboxes start afresh and score every step's completions with the run's flags, not the defaults."""
+    model = str(vllm_kit / "tiny-qwen2-code-sft")
+    with vllm_serve(model, "--enable-lora", "--max-lora-rank", "16", "--max-loras", "2", name=model,
+                    env=ASYNC_ENV) as base_url:
+        proc = async_grpo(vllm_kit, base_url, tmp_path / "run", "--max_staleness", "0", "--max_steps", "2",
+                          "--save_steps", "2", "--seconds_per_test", "9", "--test_workers", "2",
+                          recipe="code_grpo", config="code_grpo.yaml")
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert "tests: 2 at a time, 9 s each; sandbox: bubblewrap" in proc.stderr, proc.stderr[-4000:]
+    history = json.loads((tmp_path / "run" / "checkpoint-2" / "trainer_state.json").read_text())["log_history"]
+    steps = [log for log in history if "reward" in log]
+    assert len(steps) == 2, history
+    for reward in ("all_tests_passed_reward", "tests_passed_reward", "python_function_reward"):
+        assert all(f"rewards/{reward}" in log for log in steps), steps
