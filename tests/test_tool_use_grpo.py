@@ -21,6 +21,7 @@ import tool_use_grpo
 from grpo_recipes import contract, logs
 from grpo_recipes.refusal import Refusal
 from grpo_recipes.sandbox import Sandbox
+from test_rewards import final, tool_turn  # the conversation builders the rubric tests share
 
 
 def interpreters(count: int = 1, **options) -> list:
@@ -239,16 +240,6 @@ def test_an_unknown_sandbox_engine_is_one_line_not_a_weaker_mode(kit):
 
 
 # ------------------------------------------------------------------------------------------------------- the rubric
-def tool_turn(code, result):
-    call = {"type": "function", "function": {"name": "python", "arguments": {"code": code}}}
-    return [{"role": "assistant", "content": "", "tool_calls": [call]},
-            {"role": "tool", "name": "python", "content": result}]
-
-
-def final(text):
-    return [{"role": "assistant", "content": text}]
-
-
 def test_no_tool_use_pattern_outscores_a_correct_answer():
     def total(completion):
         return sum(w * f(completions=[completion], answer=["18"])[0]
