@@ -7,6 +7,7 @@ import sys
 import pytest
 
 from conftest import ROOT
+from grpo_recipes import contract
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
@@ -48,12 +49,14 @@ def test_gpu_check_plumbing_runs_every_recipe_and_variant_on_cpu():
     assert proc.returncode == 0, proc.stderr[-3000:]
     table = proc.stdout[proc.stdout.index("| recipe |"):].splitlines()
     cells = [line for line in table if line.startswith("| ") and "| tiny |" in line]
-    assert len(cells) == 3 * 5 * 2  # recipes × variants × checkpointing
+    recipes = len(contract.RECIPES)  # every recipe, code_grpo included
+    assert len(cells) == recipes * 5 * 2  # recipes × variants × checkpointing
     assert "failed" not in proc.stdout
-    assert sum("skipped: 4-bit needs CUDA" in line for line in cells) == 6
-    assert sum("| lora+vllm |" in line and "skipped: CPU" in line for line in cells) == 6  # a GPU's default cell
+    assert sum("skipped: 4-bit needs CUDA" in line for line in cells) == recipes * 2
+    assert sum("| lora+vllm |" in line and "skipped: CPU" in line for line in cells) == recipes * 2  # a GPU's default
     assert sum("| lora+async |" in line and "skipped: CPU" in line for line in cells) == 2  # gsm8k_grpo's
-    assert sum("| lora+async |" in line and "one async cell, gsm8k_grpo's" in line for line in cells) == 4
+    assert sum("| lora+async |" in line and "one async cell, gsm8k_grpo's" in line
+               for line in cells) == (recipes - 1) * 2
     for line in cells:
         if "skipped" not in line:
             seconds, tokens = (float(x) for x in line.split("|")[5:7])
