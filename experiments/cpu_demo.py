@@ -146,7 +146,7 @@ def accuracy(model_dir: Path, data_dir: Path) -> dict:
             text = tokenizer.decode(ids, skip_special_tokens=True)
             rows.append({"prompt": prompt, "completion": [{"role": "assistant", "content": text}],
                          "usage": {"completion_tokens": 0}})
-    evaluate.score(gsm8k_grpo, rows, examples)
+    evaluate.score(gsm8k_grpo.setup(gsm8k_grpo.ScriptArguments(dataset_path=str(data_dir))), rows, examples)
     result = {"all": sum(row["strict"] for row in rows) / len(rows)}
     for kind in KINDS:
         result[kind] = sum(row["strict"] for row, k in zip(rows, kinds, strict=True) if k == kind) / kinds.count(kind)
