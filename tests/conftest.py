@@ -43,6 +43,21 @@ def built_once(tmp_path_factory, worker_id: str, name: str, *flags: str) -> Path
     return out
 
 
+KITS = ("base_kit", "kit", "code_kit", "thinking_kit", "vllm_kit")
+
+
+def pytest_collection_modifyitems(items):
+    """The tests that need no kit first, each group in its files' order: under `-n 2` one worker builds a kit (a
+    minute or two) while the other still has tests to run, instead of both waiting at the first kit test."""
+    items.sort(key=lambda item: any(name in item.fixturenames for name in KITS))
+
+
+@pytest.fixture(scope="session")
+def base_kit(tmp_path_factory, worker_id) -> Path:
+    """`python offline.py`: toy data and the tiny model, no warm starts (seconds, where `kit` takes minutes)."""
+    return built_once(tmp_path_factory, worker_id, "offline-base")
+
+
 @pytest.fixture(scope="session")
 def kit(tmp_path_factory, worker_id) -> Path:
     """`python offline.py --tools --search`: toy data, the tiny model, its two warm starts, configs."""
@@ -90,18 +105,19 @@ def server(kit):
 
 
 @pytest.fixture(scope="session")
-def reader_server(kit, tmp_path_factory):
+def reader_server(base_kit, tmp_path_factory):
     """`transformers serve <tiny reader>`: the kit's model after 40 SFT steps on the search recipe's reader prompts,
     each answered "Nothing relevant." (a tiny model cannot summarise; this one answers in text, where the tool-calling
     warm start would emit a tool call the server cannot parse)."""
     import offline
     import search_agent_grpo
 
-    passages = [json.loads(line) for line in (kit / "search_toy" / "corpus.jsonl").read_text().splitlines()][:48]
+    corpus = (base_kit / "search_toy" / "corpus.jsonl").read_text().splitlines()
+    passages = [json.loads(line) for line in corpus][:48]
     conversations = [{"messages": [
         {"role": "system", "content": search_agent_grpo.READER_PROMPT},
         {"role": "user", "content": f"Question: Where was {p['title']} born?\n\nPassage:\n[{p['title']}] {p['text']}"},
         {"role": "assistant", "content": "Nothing relevant."}]} for p in passages]
-    model = offline.warm_start(kit / "tiny-qwen2", tmp_path_factory.mktemp("reader") / "tiny-reader", conversations,
-                               tools=[], steps=40)
+    model = offline.warm_start(base_kit / "tiny-qwen2", tmp_path_factory.mktemp("reader") / "tiny-reader",
+                               conversations, tools=[], steps=40)
     yield from serve(str(model))

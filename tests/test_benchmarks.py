@@ -83,12 +83,13 @@ def test_the_device_kit_builds_a_wheelhouse_that_installs_with_no_index(tmp_path
 
 
 @pytest.mark.slow  # a benchmark script's run, with the others
-def test_reader_tokens_prints_tool_output_tokens_with_and_without_the_reader(reader_server, kit, tmp_path):
+def test_reader_tokens_prints_tool_output_tokens_with_and_without_the_reader(reader_server, base_kit,
+                                                                             tmp_path):
     base_url, model = reader_server
+    toy = base_kit / "search_toy"
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "reader_tokens.py"), "--base_url", base_url,
-                           "--reader_model", model, "--tokenizer", str(kit / "tiny-qwen2"), "--corpus_path",
-                           str(kit / "search_toy" / "corpus.jsonl"), "--dataset_path", str(kit / "search_toy" /
-                                                                                           "questions"),
+                           "--reader_model", model, "--tokenizer", str(base_kit / "tiny-qwen2"), "--corpus_path",
+                           str(toy / "corpus.jsonl"), "--dataset_path", str(toy / "questions"),
                            "--index_dir", str(tmp_path / "index"), "-n", "3", "--reader_max_tokens", "8"],
                           capture_output=True, text=True, timeout=300, check=False,
                           env={**os.environ, "OMP_NUM_THREADS": "1"})
