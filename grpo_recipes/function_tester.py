@@ -20,7 +20,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import NamedTuple
 
-from grpo_recipes.sandbox import PRELOAD, Sandbox, Session, describe
+from grpo_recipes.plain_data import encode_plain
+from grpo_recipes.sandbox import PRELOAD, Sandbox, SandboxFailed, Session, describe
 
 
 class Verdict(NamedTuple):
@@ -48,8 +49,10 @@ class FunctionTester:
 
     def __init__(self, seconds_per_test: float = 3.0, workers: int = 1, memory_mb: int = 1024,
                  engine: str = "bubblewrap", unsafe_without_isolation: bool = False,
-                 max_landlock_abi: int | None = None):
+                 max_landlock_abi: int | None = None, seconds_per_program: float | None = None):
         self.seconds_per_test, self.workers = seconds_per_test, workers
+        # a program's tests in all: code that runs just under the limit on every call costs two tests' time, not all
+        self.seconds_per_program = seconds_per_program or 2 * seconds_per_test
         options = dict(timeout=seconds_per_test, memory_mb=memory_mb, engine=engine, max_landlock_abi=max_landlock_abi,
                        unsafe_without_isolation=unsafe_without_isolation,
                        preload=PRELOAD + ("grpo_recipes.plain_data",))  # what the drivers below import
@@ -81,38 +84,66 @@ class FunctionTester:
         for box in (box for pair in self.pairs for box in pair):
             box.close()
 
-    def run(self, program: str, entry_point: str, tests: list[str], setup: str = "") -> list[Verdict]:
-        """One Verdict per test, in order."""
+    def run(self, program: str, entry_point: str, tests: list[str], setup: str = "") -> list[Verdict] | None:
+        """One Verdict per test, in order; None when a sandbox failed while it ran (a zygote died: the program could
+        not be scored, and fresh zygotes serve the next one). Raises SandboxUnavailable only when a sandbox cannot
+        start at all."""
         try:
             ast.parse(program)
         except (SyntaxError, ValueError, RecursionError, MemoryError) as err:  # nothing to run: no process needed
             return [Verdict(False, f"the program does not parse: {err.__class__.__name__}")] * len(tests)
         pair, verdicts = self._free.get(), []  # a pair of sandboxes of its own: `workers` programs run at once
         tests_process, tests_session = contextlib.ExitStack(), None  # the tests' side lives across the tests
+        program_deadline = time.monotonic() + self.seconds_per_program
         try:
             for test in tests:
                 if verdicts and verdicts[-1].why.startswith(("timed out", "not run")):
                     verdicts.append(Verdict(False, "not run: an earlier test timed out"))  # hanging costs one test
                     continue
+                if time.monotonic() >= program_deadline:
+                    verdicts.append(Verdict(False, f"not run: the program's {self.seconds_per_program:g} s are up"))
+                    continue
                 if tests_session is None or tests_session.ended:  # (only the program's side must be fresh)
                     tests_process.close()
                     tests_session = tests_process.enter_context(pair[1].session(
                         _TEST_DRIVER, (self.seconds_per_test + 1) * len(tests)))
-                verdicts.append(self._run_one(pair[0], tests_session, program, entry_point, test, setup))
+                verdicts.append(self._run_one(pair[0], tests_session, program, entry_point, test, setup,
+                                              min(time.monotonic() + self.seconds_per_test, program_deadline)))
             return verdicts
+        except SandboxFailed:
+            return None
         finally:
             tests_process.close()
             self._free.put(pair)
 
-    def run_all(self, jobs: list[tuple]) -> list[list[Verdict]]:
+    def run_all(self, jobs: list[tuple]) -> list[list[Verdict] | None]:
         """run(*job) for each (program, entry_point, tests, setup) job, `workers` at a time."""
         with ThreadPoolExecutor(self.workers) as pool:
             return list(pool.map(lambda job: self.run(*job), jobs))
 
+    def baseline(self, entry_point: str, tests: list[str], setup: str = "", examples: list = ()) -> float:
+        """The largest share of `tests` that a function computing nothing passes: each of TRIVIAL (constants, an echo
+        of its input), and a lookup of `examples` ((args, result) pairs the prompt shows) that returns each of them
+        otherwise. The tests and these functions are trusted: they run in one process of the tests' sandbox, each test
+        under a short alarm, a few seconds in all; 0.0 if that process fails."""
+        request = {"setup": setup, "tests": tests, "entry_point": entry_point, "trivial": TRIVIAL,
+                   "examples": [encode_plain([list(args), result]) for args, result in examples],
+                   "seconds": min(1.0, self.seconds_per_test)}
+        pair = self._free.get()
+        try:
+            with pair[1].session(_BASELINE_DRIVER, 2 * self.seconds_per_test + 1) as session:
+                answer = _parsed(session.ask(json.dumps(request), 2 * self.seconds_per_test))
+        except SandboxFailed:
+            answer = {}
+        finally:
+            self._free.put(pair)
+        share = answer.get("share")
+        return float(share) if type(share) in (int, float) and 0 <= share <= 1 else 0.0
+
     def _run_one(self, candidate_box: Sandbox, tests: Session, program: str, entry_point: str, test: str,
-                 setup: str) -> Verdict:
-        """One test: a fresh process for the program; the tests' process (`tests`) runs it and calls across."""
-        deadline = time.monotonic() + self.seconds_per_test
+                 setup: str, deadline: float) -> Verdict:
+        """One test, by `deadline`: a fresh process for the program; the tests' process (`tests`) runs it and calls
+        across."""
         left = lambda: deadline - time.monotonic()  # noqa: E731
         with candidate_box.session(_CANDIDATE_DRIVER, self.seconds_per_test + 1) as candidate:
             loaded = _parsed(candidate.ask(json.dumps({"program": setup + "\n" + program, "entry_point": entry_point}),
@@ -134,7 +165,7 @@ class FunctionTester:
             if message.get("passed") is True:
                 return Verdict(True)
             if left() <= 0:
-                return Verdict(False, f"timed out after {self.seconds_per_test:g} s")
+                return Verdict(False, f"timed out after {self.seconds_per_test:g} s")  # or the program's time
             return Verdict(False, str(message.get("error") or tests.ended or "no verdict")[:300])
 
 
@@ -146,6 +177,10 @@ def _parsed(line: str | None) -> dict:
     return value if isinstance(value, dict) else {}
 
 
+
+# What functions that compute nothing return (`args` is the call's arguments): FunctionTester.baseline's yardstick.
+TRIVIAL = ["False", "True", "None", "0", "1", "-1", "0.0", "''", "[]", "{}", "()", "set()", "args[0] if args else None",
+           "list(args)", "str(args[0]) if args else ''"]
 
 # The two sides' programs, run in each session's child (plain_data.py is imported there: the zygote preloaded it).
 _CANDIDATE_DRIVER = """
@@ -191,4 +226,45 @@ while True:  # one test per request, each in a namespace of its own
     except BaseException as err:
         verdict = {"passed": False, "error": plain_data.error_line(err)}
     channel.send(json.dumps(verdict))
+"""
+
+_BASELINE_DRIVER = """
+import json, signal
+from grpo_recipes import plain_data
+
+class Late(BaseException):  # not an Exception: a test's own `except Exception` cannot swallow it
+    pass
+
+def late(*_):
+    raise Late()
+
+signal.signal(signal.SIGALRM, late)
+request = json.loads(channel.receive())
+table = {json.dumps(plain_data.encode_plain(args)): plain_data.decode_plain(result)
+         for args, result in (plain_data.decode_plain(pair) for pair in request["examples"])}
+functions = [eval("lambda *args, **kwargs: " + body) for body in request["trivial"]]
+if table:
+    def lookup(fallback):
+        def function(*args, **kwargs):
+            key = json.dumps(plain_data.encode_plain(list(args)))
+            return table[key] if key in table and not kwargs else fallback(*args, **kwargs)
+        return function
+    functions += [lookup(fallback) for fallback in functions]
+best = 0.0
+for function in functions:
+    passed = 0
+    for test in request["tests"]:
+        namespace = {"__name__": "__main__"}
+        try:
+            signal.setitimer(signal.ITIMER_REAL, request["seconds"])
+            exec(compile(request["setup"], "<setup>", "exec"), namespace)
+            namespace[request["entry_point"]] = namespace["candidate"] = function
+            exec(compile(test, "<test>", "exec"), namespace)
+            passed += 1
+        except BaseException:
+            pass
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+    best = max(best, passed / max(len(request["tests"]), 1))
+channel.send(json.dumps({"share": best}))
 """

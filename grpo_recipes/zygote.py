@@ -1,8 +1,11 @@
 """Inside the sandbox: the fork server ("zygote") that sandbox.py starts once, and the calls it forks.
 
-The zygote reads one JSON request per line: a call ({"code": ...}), which a confined child runs and reports on, or a
-session ({"program": ...}), a confined child that answers the messages the lines after it relay. Every child is
-confined (confinement.confine) before anything of the call runs, and killed when the call ends.
+The zygote reads one control message at a time from its Unix socket (a SOCK_SEQPACKET on its stdin): a call or a
+session, each with the pipes the trainer made for it attached (SCM_RIGHTS). It forks a confined child, hands it those
+pipes, and waits for the trainer's "end" (or its own deadline); then it kills the child, removes its directory and
+answers with how the child ended. The call's bytes never pass through the zygote: the child reads its code or program
+from its own request pipe, and writes its report, or a session's answers, to pipes only the trainer reads. So nothing
+of a call sits in the zygote's memory, where the next child, forked from it, would find it.
 
 This module runs inside the sandbox: it imports nothing of ours but confinement.py (sandbox.SANDBOX_FILES).
 """
@@ -14,6 +17,7 @@ import json
 import os
 import select
 import signal
+import socket
 import sys
 import tempfile
 import time
@@ -24,20 +28,27 @@ from grpo_recipes.confinement import CALL_DIR, PR_SET_DUMPABLE, SANDBOX_DIR, con
 
 REPORT_MARKER = "\n[... {} more characters truncated]"
 MESSAGE_BYTES = 1_000_000  # the longest answer a session's child may give to one message
+CONTROL_BYTES = 1 << 20  # the longest control message (the config, with its readable paths and warm-up code)
+REQUEST_BYTES = 64 << 20  # the longest code or program a child reads from its request pipe
+CLEANUP_SECONDS = 10.0  # removing a call's directory (Landlock-only mode) past this: a fresh zygote instead
 
 
-def serve(config_json: str) -> None:
-    """Fork one confined child per request line; answer each with one JSON line. Exits when stdin closes."""
-    config = json.loads(config_json)
+def serve() -> None:
+    """Serve the control socket on stdin: the config first, then one call or session at a time. Exits when the
+    trainer closes its end."""
+    control = socket.socket(fileno=0)
+    config = json.loads(control.recv(CONTROL_BYTES))
     libc = ctypes.CDLL(None, use_errno=True)
     _warm_up(config["preload"], config["warmup"])  # before the random generators are found: they may make some
     protections = {"engine": None if config["in_bwrap"] else "landlock", "namespaces": config["in_bwrap"],
                    "fresh_tmp": False, "separate_user": False}
     confinement = _confinement(config, libc, protections)
-    print(json.dumps(protections), flush=True)
-    os.dup2(os.open(os.devnull, os.O_WRONLY), 2)  # the trainer stops reading stderr once the zygote is up
+    control.send(json.dumps(protections).encode())
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    for fd in (1, 2):  # the trainer reads neither once the zygote is up
+        os.dup2(devnull, fd)
     try:
-        _serve_requests(confinement, libc)
+        _serve_requests(control, confinement, libc)
     finally:
         if confinement["calls_dir"]:
             remove_tree(confinement["calls_dir"])
@@ -83,8 +94,7 @@ def _confinement(config: dict, libc, protections: dict) -> dict:
                    "random_states": generators, "calls_dir": base,
                    **{key: config[key] for key in ("tmp_mb", "tmp_files")}}
     if in_bwrap:  # can a call get a tmpfs of its own? (a nested user namespace, which some AppArmor profiles deny)
-        probe = _run_in_child({"code": "import os; os.statvfs('.').f_blocks > 0", "timeout": 10, "max_output": 100,
-                               "memory_mb": 1024, "file_size_mb": 1}, CALL_DIR, confinement, libc)
+        probe = _probe(confinement, libc, "import os; os.statvfs('.').f_blocks > 0")
         protections["fresh_tmp"] = probe == "True"
         if probe != "True":
             protections["fresh_tmp_error"] = probe
@@ -92,117 +102,130 @@ def _confinement(config: dict, libc, protections: dict) -> dict:
     return confinement
 
 
-def _serve_requests(confinement: dict, libc) -> None:
-    """Each request line: a call, or a session and its messages; each in a directory no other call has seen."""
+def _probe(confinement: dict, libc, code: str) -> str:
+    """Run `code` as a call of the zygote's own, before it serves any: its report, or the error it ended with."""
+    request_read, request_write = os.pipe()
+    report_read, report_write = os.pipe()
+    os.write(request_write, code.encode())
+    os.close(request_write)
+    limits = {"timeout": 10, "max_output": 100, "memory_mb": 1024, "file_size_mb": 1}
+    pid = _fork_call(limits, CALL_DIR, confinement, libc, (request_read, report_write))
+    os.close(request_read)
+    os.close(report_write)
+    chunks = []
+    while select.select([report_read], [], [], 10)[0] and (chunk := os.read(report_read, 4096)):
+        chunks.append(chunk)
+    os.close(report_read)
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    return b"".join(chunks).decode("utf-8", errors="replace") or "the probe ended without a result"
+
+
+def _serve_requests(control: socket.socket, confinement: dict, libc) -> None:
+    """Each control message: a call or a session, with its pipes; each in a directory no other call has seen."""
     in_bwrap, uid = confinement["namespaces"], confinement["uid"]
-    for line in sys.stdin:
-        request = json.loads(line)
+    while True:
+        message, fds, _, _ = socket.recv_fds(control, CONTROL_BYTES, 4)
+        if not message:
+            return  # the trainer has gone
+        request = json.loads(message)
         workdir = CALL_DIR if in_bwrap else tempfile.mkdtemp(dir=confinement["calls_dir"])
         if uid is not None:
             os.chown(workdir, uid, uid)
-        if "program" in request:  # a session: the lines that follow are its messages, until it is closed
-            _serve_session(request, workdir, confinement, libc, sys.stdin)
-            result = None
-        else:
-            result = _run_in_child(request, workdir, confinement, libc)
-        kept = not in_bwrap and not remove_tree(workdir)  # with bubblewrap the call's tmpfs died with it
-        print(json.dumps({"result": result, "restart": kept}), flush=True)
+        fork = _fork_call if "call" in request else _fork_session
+        pid = fork(request["limits"], workdir, confinement, libc, tuple(fds))
+        for fd in fds:  # the child's now: the zygote keeps none of a call's pipes
+            os.close(fd)
+        status = _wait_for_end(control, pid, request.get("deadline"))
+        if status is None:
+            return  # the trainer has gone
+        kept = not in_bwrap and not _remove_in_child(workdir)  # with bubblewrap the call's tmpfs died with it
+        control.send(json.dumps({"status": status, "restart": kept}).encode())
         if kept:
-            break  # the trainer starts a fresh zygote, in a fresh directory, and removes this one
+            return  # the trainer starts a fresh zygote, in a fresh directory, and removes this one
 
 
-def _run_in_child(request: dict, workdir: str, confinement: dict, libc) -> str:
-    read_end, write_end = os.pipe()
+def _wait_for_end(control: socket.socket, pid: int, deadline: float | None) -> int | None:
+    """Wait for the trainer's "end" (its deadline or the child's end, which it sees on the child's pipes), or this
+    call's own deadline; then kill the child (it cannot have started another process) and return its wait status
+    (None: the trainer has gone)."""
+    ready, _, _ = select.select([control], [], [], deadline)
+    if not ready:  # the trainer has not ended it in time: stop the child now, then wait for the trainer
+        os.kill(pid, signal.SIGKILL)
+        select.select([control], [], [])
+    message = control.recv(CONTROL_BYTES)
+    os.kill(pid, signal.SIGKILL)
+    _, status = os.waitpid(pid, 0)
+    return status if message else None
+
+
+def _remove_in_child(workdir: str) -> bool:
+    """Remove a call's directory in a child process (the names it holds never enter the zygote's memory), within
+    CLEANUP_SECONDS; True when it is gone."""
+    try:
+        os.rmdir(workdir)  # empty, as most calls leave it: no names to read, no child needed
+        return True
+    except OSError:
+        pass
     pid = os.fork()
-    if pid == 0:  # the child: confine, run, report, exit without cleanup handlers
-        os.close(read_end)
+    if pid == 0:
+        os._exit(0 if remove_tree(workdir) else 1)
+    deadline, pause = time.monotonic() + CLEANUP_SECONDS, 0.0002
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            return False
+        time.sleep(pause)
+        pause = min(2 * pause, 0.01)
+
+
+def _fork_call(limits: dict, workdir: str, confinement: dict, libc, fds: tuple[int, ...]) -> int:
+    """A child that reads its code from fds[0], runs it confined, writes its report to fds[1] and exits."""
+    pid = os.fork()
+    if pid == 0:  # the child: read, confine, run, report, exit without cleanup handlers
+        request, report = fds
         try:
-            confine(workdir, request, confinement, libc, keep=(write_end,))
-            result = _execute(request["code"], request["max_output"])
+            code = _read_request(request)
+            confine(workdir, limits, confinement, libc, keep=(report,))
+            result = _execute(code, limits["max_output"])
         except BaseException as err:  # noqa: BLE001 - the confinement itself failed: run nothing
             result = f"Error: sandbox setup failed: {err}"
         try:
-            os.write(write_end, result.encode("utf-8", errors="replace"))
+            os.write(report, result.encode("utf-8", errors="replace"))
         finally:
             os._exit(0)
-    os.close(write_end)
-    result, timed_out = _read_report(read_end, request["timeout"], 4 * request["max_output"] + 4096)
-    os.kill(pid, signal.SIGKILL)  # it cannot have started another process: no orphan can survive the call
-    _, status = os.waitpid(pid, 0)
-    os.close(read_end)
-    if timed_out:
-        return f"Error: timed out after {request['timeout']:g} s"
-    if result:  # the report is the call's own bytes: cut at the limit here too, whatever wrote them
-        room = request["max_output"] + len(REPORT_MARKER.format(10**12))
-        return result if len(result) <= room else result[:request["max_output"]] + REPORT_MARKER.format(
-            len(result) - request["max_output"])
-    if os.WIFSIGNALED(status) and os.WTERMSIG(status) != signal.SIGKILL:
-        name = signal.Signals(os.WTERMSIG(status)).name
-        return f"Error: the code was killed by {name} (out of memory, CPU time or file size?)"
-    return "Error: the code exited without a result"
+    return pid
 
 
-def _serve_session(request: dict, workdir: str, confinement: dict, libc, lines) -> None:
-    """Start a session's child, then relay each message line to it and its answer back, until the caller closes it.
-    The child is killed when it times out, exits, or answers more than MESSAGE_BYTES in one line."""
-    inbox_read, inbox_write = os.pipe()
-    outbox_read, outbox_write = os.pipe()
+def _fork_session(limits: dict, workdir: str, confinement: dict, libc, fds: tuple[int, ...]) -> int:
+    """A child that reads a program from fds[0] and runs it confined, with `channel` reading messages from fds[1]
+    and writing answers to fds[2]."""
     pid = os.fork()
-    if pid == 0:  # the child: confine, run the caller's program with its channel, exit without cleanup handlers
-        os.close(inbox_write)
-        os.close(outbox_read)
+    if pid == 0:  # the child: read, confine, run the caller's program with its channel, exit without cleanup handlers
+        request, inbox, outbox = fds
         try:
-            confine(workdir, request, confinement, libc, keep=(inbox_read, outbox_write))
-            sys.stdout = sys.stderr = _CappedOutput(request["max_output"])  # prints go nowhere, in bounded memory
-            exec(compile(request["program"], "<session>", "exec"),
-                 {"__name__": "__main__", "__builtins__": builtins, "channel": _Channel(inbox_read, outbox_write)})
+            program = _read_request(request)
+            confine(workdir, limits, confinement, libc, keep=(inbox, outbox))
+            sys.stdout = sys.stderr = _CappedOutput(limits["max_output"])  # prints go nowhere, in bounded memory
+            exec(compile(program, "<session>", "exec"),
+                 {"__name__": "__main__", "__builtins__": builtins, "channel": _Channel(inbox, outbox)})
         finally:
             os._exit(0)
-    os.close(inbox_read)
-    os.close(outbox_write)
-    os.set_blocking(inbox_write, False)
-    print(json.dumps({"started": True}), flush=True)
-    ended, pending = None, b""
-    for line in lines:
-        message = json.loads(line)
-        if "close" in message:
-            break
-        if ended is None:
-            answer, ended, pending = _relay(inbox_write, outbox_read, message, pending)
-        if ended is not None:
-            os.kill(pid, signal.SIGKILL)  # a child that ran out of time stops computing now
-        print(json.dumps({"answer": answer} if ended is None else {"ended": ended}), flush=True)
-    os.kill(pid, signal.SIGKILL)
-    os.waitpid(pid, 0)
-    os.close(inbox_write)
-    os.close(outbox_read)
+    return pid
 
 
-def _relay(inbox: int, outbox: int, message: dict, pending: bytes) -> tuple[str | None, str | None, bytes]:
-    """Write one message to a session's child and read its one-line answer: (answer, None, what followed it) or
-    (None, why it ended, b"")."""
-    deadline = time.monotonic() + message["timeout"]
-    data = message["send"].encode("utf-8", errors="replace") + b"\n"
-    while data:
-        _, writable, _ = select.select([], [inbox], [], max(deadline - time.monotonic(), 0))
-        if not writable:
-            return None, f"timed out after {message['timeout']:.3g} s", b""
-        try:
-            data = data[os.write(inbox, data):]
-        except BrokenPipeError:
-            return None, "the code exited", b""
-    while b"\n" not in pending:
-        if len(pending) > MESSAGE_BYTES:
-            return None, f"an answer over {MESSAGE_BYTES} bytes", b""
-        ready, _, _ = select.select([outbox], [], [], max(deadline - time.monotonic(), 0))
-        if not ready:
-            return None, f"timed out after {message['timeout']:.3g} s", b""
-        chunk = os.read(outbox, 65536)
-        if not chunk:
-            return None, "the code exited", b""
-        pending += chunk
-    answer, pending = pending.split(b"\n", 1)
-    return answer.decode("utf-8", errors="replace"), None, pending
+def _read_request(fd: int) -> str:
+    """A child's code or program: everything the trainer wrote to its request pipe, then closed."""
+    chunks, size = [], 0
+    while size < REQUEST_BYTES and (chunk := os.read(fd, 1 << 16)):
+        chunks.append(chunk)
+        size += len(chunk)
+    os.close(fd)
+    return b"".join(chunks).decode("utf-8", errors="replace")
 
 
 class _Channel:
@@ -224,21 +247,6 @@ class _Channel:
         data = text.replace("\n", " ").encode("utf-8", errors="replace") + b"\n"
         while data:
             data = data[os.write(self.outbox, data):]
-
-
-def _read_report(fd: int, timeout: float, max_bytes: int) -> tuple[str, bool]:
-    """The child's report, read until it closes the pipe, the deadline passes or max_bytes arrive."""
-    deadline, chunks, size = time.monotonic() + timeout, [], 0
-    while size < max_bytes:
-        ready, _, _ = select.select([fd], [], [], max(deadline - time.monotonic(), 0))
-        if not ready:
-            return b"".join(chunks).decode("utf-8", errors="replace"), True
-        chunk = os.read(fd, min(65536, max_bytes - size))
-        if not chunk:
-            break
-        chunks.append(chunk)
-        size += len(chunk)
-    return b"".join(chunks).decode("utf-8", errors="replace"), False
 
 
 class _CappedOutput:

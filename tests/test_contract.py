@@ -107,7 +107,8 @@ for recipe, (reward_funcs, factory) in pickle.loads(sys.stdin.buffer.read()).ite
         def add(name, body):
             return [f"```python\\ndef {name}(a, b):\\n{body}\\n    return a + b\\n```"]
         tests = [["assert add(1, 2) == 3"]]
-        scores = [reward_funcs[1](add("add", body), tests=tests, setup=[""], entry_point=["add"])[0]
+        scores = [reward_funcs[1](add("add", body), tests=tests, setup=[""], entry_point=["add"],
+                                  shown_examples=["[]"])[0]
                   for body in ("    pass", "    import time\\n    time.sleep(2)")]
         report["scores"] = scores
         report["workers"] = len(reward_funcs[1].keywords["code_tests"].tester.pairs)

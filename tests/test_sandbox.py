@@ -13,6 +13,7 @@ bubblewrap without Landlock.
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -26,11 +27,17 @@ import pytest
 from conftest import ROOT
 from grpo_recipes import confinement, sandbox, zygote
 from grpo_recipes.sandbox import Sandbox
-from sandbox_trainer import state
+from sandbox_trainer import descendants, state
 
 TIMEOUT = 2.0
 NOBODY = 65534
 SECRET = "hf_not_for_the_model_0123456789"
+
+
+def syscall_number(name: str) -> int:
+    import pyseccomp
+
+    return pyseccomp.resolve_syscall(pyseccomp.Arch.NATIVE, name)
 
 
 class RootTrainer:
@@ -203,6 +210,13 @@ RESOURCE_ATTACKS = {
     "a report pipe held open": ("import os, time\nfor fd in range(3, 64):\n    try:\n        os.write(fd, b'x')\n"
                                 "    except OSError:\n        pass\ntime.sleep(60)", "Error: timed out"),
     "signalling its own group": ("import os, signal\nos.killpg(0, signal.SIGKILL)", "Error"),
+    # signal.Signals(40) raises: the zygote that named the signal died, and the next call paid for its restart
+    "a real-time signal to itself": ("import os\nos.kill(os.getpid(), 40)", "Error: the code was killed by signal 40"),
+    "legacy AIO's whole quota": ("import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\nctx = ctypes.c_ulong(0)\n"
+                                 f"if libc.syscall({syscall_number('io_setup')}, 65536, ctypes.byref(ctx)) != 0:\n"
+                                 "    raise OSError(ctypes.get_errno(), 'io_setup')",
+                                 "Error: PermissionError: [Errno 1] io_setup"),
+    "replacing its program": ("import os\nos.execv('/bin/sleep', ['sleep', '60'])", "Error: PermissionError"),
 }
 
 
@@ -230,6 +244,120 @@ def test_output_written_straight_to_standard_file_descriptors_goes_nowhere(train
 def test_variables_do_not_survive_between_calls(trainer):
     trainer.run("leaked = 1")
     assert trainer.run("leaked") == "Error: NameError: name 'leaked' is not defined"
+
+
+# Reads this process's memory without /proc: libc's write() of an address to a pipe fails (EFAULT) where nothing is
+# mapped, and copies the page where something is. Looks in the heap below the break and around the small-object
+# arenas for NEEDLE's bytes, each byte XOR 0x5A, so that the needle it looks for is not itself in memory.
+MEMORY_SCAN = """import ctypes, os
+libc = ctypes.CDLL(None)
+libc.sbrk.restype = ctypes.c_void_p
+libc.write.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t]
+flip = bytes(i ^ 0x5A for i in range(256))
+needle = bytes.fromhex(NEEDLE)
+r, w = os.pipe()
+hits = []
+def scan(start, end):
+    tail = b''
+    for page in range(start - start % 4096, end, 4096):
+        if libc.write(w, page, 4096) != 4096:
+            tail = b''
+            continue
+        raw = os.read(r, 4096)
+        data = tail + raw.translate(flip)
+        at = data.find(needle)
+        if at >= 0:
+            hits.append(page - len(tail) + at)
+        tail = data[-len(needle):]
+brk = libc.sbrk(0)
+scan(brk - (24 << 20), brk)
+here = id(object())
+scan(here - (12 << 20), here + (12 << 20))
+"""
+
+
+def scan_for(text: str) -> str:
+    """MEMORY_SCAN's code, looking for `text`; its last line is the number of places found."""
+    return MEMORY_SCAN.replace("NEEDLE", repr(bytes(b ^ 0x5A for b in text.encode()).hex())) + "len(hits)"
+
+
+def test_no_call_finds_an_earlier_calls_code_or_output_in_memory(trainer):
+    secret = f"grpo-earlier-call-{os.urandom(8).hex()}"
+    assert trainer.run(scan_for("import ctypes, os")) != "0", "the scan finds what is in memory"
+    code = f"value = {secret!r}\n# {'padding ' * 80}\nprint(value * 3)\nvalue"  # code, output and result hold it
+    assert secret in trainer.run(code)
+    assert trainer.run(scan_for(secret)) == "0"
+
+
+def running(pid: int) -> bool:
+    """Whether the process runs (a zombie waiting for whoever adopted it does not)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] not in "ZX"
+    except OSError:
+        return False
+
+
+def test_a_zygote_that_dies_during_a_call_is_replaced_within_that_call_and_its_child_dies_with_it():
+    box = Sandbox(timeout=TIMEOUT, engine="landlock")  # the zygote is the process Popen started (no bwrap above it)
+    try:
+        box.start()
+        zygote, children = box._zygote, []
+        threading.Timer(0.3, lambda: (children.extend(descendants(zygote.pid)), zygote.kill())).start()
+        start = time.monotonic()
+        result = box.run("import time\ntime.sleep(60)")
+        assert result == "Error: the sandbox crashed while running this code"
+        assert time.monotonic() - start < 1.5, "the call waited for its orphaned child"
+        assert children and not any(map(running, children))
+        assert box._zygote is not None and box._zygote is not zygote and box._zygote.poll() is None
+        start = time.monotonic()
+        assert box.run("6 * 7") == "42" and time.monotonic() - start < 0.1  # the restart was the dying call's cost
+    finally:
+        box.close()
+
+
+DIRECTORY_BOMBS = {
+    "flat": "import os\ni = 0\nwhile True:\n    os.mkdir(f'd{i}')\n    i += 1",
+    "a file in each": "import os\ni = 0\nwhile True:\n    os.mkdir(f'd{i}')\n    open(f'd{i}/f', 'w').close()\n"
+                      "    i += 1",
+    "deep": "import os\nwhile True:\n    os.mkdir('d')\n    os.chdir('d')",
+    "wide and deep": "import os\nwhile True:\n    for i in range(50):\n        os.mkdir(f'd{i}')\n    os.chdir('d0')",
+}
+
+
+@pytest.mark.parametrize("bomb", sorted(DIRECTORY_BOMBS))
+def test_a_directory_bomb_costs_its_own_call_a_bounded_time_and_leaves_nothing(trainer, bomb):
+    """Without bubblewrap's capped tmpfs the call's directory is on the host's disk: removing what it made must cost
+    about what making it did, in the call's own time, never the next call's."""
+    trainer.protections()
+    start = time.monotonic()
+    result = trainer.run(DIRECTORY_BOMBS[bomb])
+    assert result.startswith(("Error: timed out", "Error: OSError")), result
+    assert time.monotonic() - start < 3 * TIMEOUT + 2, "removing the bomb took too long"
+    start = time.monotonic()
+    assert trainer.run("import os\nos.listdir('.')") == "[]"
+    assert time.monotonic() - start < 0.1, "the bomb slowed the next call"
+    assert trainer.state()["calls_dir_entries"] == []
+
+
+def test_every_signal_a_call_sends_itself_is_an_error_and_costs_the_next_call_nothing(trainer):
+    stops = {signal.SIGSTOP, signal.SIGTSTP, signal.SIGTTIN, signal.SIGTTOU}  # stopped: the deadline ends those
+    for number in sorted(set(range(1, 65)) - stops - {signal.SIGKILL}):
+        result = hostile(trainer, f"import os\nos.kill(os.getpid(), {number})\n'survived'")
+        if number >= 32:  # real-time signals: SIGRTMIN, SIGRTMAX, the others have no name
+            assert result.startswith("Error: the code was killed by "), (number, result)
+        else:  # killed, an exception (SIGINT) or ignored (SIGCHLD, SIGPIPE, ...)
+            assert result.startswith("Error") or result == "'survived'", (number, result)
+
+
+def test_system_v_ipc_aio_inotify_and_execve_are_denied(trainer):
+    calls = {"shmctl": (0, 14, 0), "shmat": (0, 0, 0), "shmdt": (0,), "semctl": (0, 0, 19), "semop": (0, 0, 0),
+             "msgctl": (0, 11, 0), "msgrcv": (0, 0, 0, 0, 0), "io_setup": (1, 0), "io_submit": (0, 0, 0),
+             "inotify_init1": (0,), "inotify_add_watch": (0, 0, 0), "fanotify_init": (0, 0), "execve": (0, 0, 0)}
+    code = ("import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\nout = {}\nfor name, number, args in "
+            f"{[(name, syscall_number(name), args) for name, args in calls.items()]!r}:\n"
+            "    out[name] = (libc.syscall(number, *args), ctypes.get_errno())\nout")
+    denied = eval(hostile(trainer, code))  # noqa: S307 - a dict of ints the call printed
+    assert denied == {name: (-1, 1) for name in calls}, denied  # EPERM: seccomp, before the kernel looks at args
 
 
 def test_no_file_written_anywhere_survives_into_the_next_call(trainer):
@@ -423,6 +551,29 @@ def test_on_older_kernels_signals_metadata_and_leftovers_are_still_stopped(old_k
                         "    except OSError:\n        pass")
     assert old_kernel.run("import os\n[os.path.exists(p) for p in ('/dev/grpo', '/grpo', 'grpo')]") == \
         "[False, False, False]"
+
+
+PROC_FILES = ("/proc/1/cmdline", "/proc/1/environ", "/proc/1/mountinfo", "/proc/self/mountinfo", "/proc/self/mounts",
+              "/proc/self/cmdline")
+
+
+def test_no_path_of_the_project_shows_in_the_sandboxs_proc_on_old_kernels_too(old_kernel):
+    """bwrap's command line (the sandbox's pid 1) and the mount table once named the files bound from the project;
+    without Landlock nothing keeps a call out of /proc."""
+    code = (f"import os\nseen = b''\nfor path in {PROC_FILES!r} + (f'/proc/{{os.getppid()}}/cmdline',):\n    try:\n"
+            "        seen += open(path, 'rb').read()\n    except OSError:\n        pass\n"
+            f"(len(seen) > 0, {str(old_kernel.project_file.parent).encode()!r} in seen)")
+    readable, project_seen = eval(hostile(old_kernel, code))  # noqa: S307 - two booleans the call printed
+    assert not project_seen
+    assert readable or old_kernel.protections()["landlock"], "without Landlock, /proc is there to read"
+
+
+def test_a_trainer_started_through_a_relative_python_path_gets_a_sandbox(tmp_path):
+    relative = os.path.relpath(sys.executable, tmp_path)  # ../../work/main/.venv/bin/python: sys.executable keeps it
+    code = (f"import sys\nsys.path.insert(0, {str(ROOT)!r})\nfrom grpo_recipes.sandbox import Sandbox\n"
+            "box = Sandbox()\nprint(box.run('6 * 7'))\nbox.close()")
+    proc = subprocess.run([relative, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert proc.stdout.strip() == "42", proc.stderr[-1000:]
 
 
 # ------------------------------------------------------------------------------------- the trainer and the machine
