@@ -11,10 +11,19 @@ and not a switch in every recipe: a recipe keeps one `GRPOTrainer(...)` call tha
 trainer takes different arguments (a server, no eval loop, no `reward_weights`) that would double each recipe's trainer
 section.
 
-    # the server: the recipe's model, LoRA slots for max_staleness + 2 adapters, the dev endpoints TRL calls
-    VLLM_SERVER_DEV_MODE=1 VLLM_ALLOW_RUNTIME_LORA_UPDATING=1 vllm serve Qwen/Qwen2.5-1.5B-Instruct --port 8000 \\
-        --enable-lora --max-lora-rank 16 --max-loras 4
-    python async_grpo.py gsm8k_grpo --max_staleness 1    # any recipe flag or --config works as with the recipe
+    # two GPUs: the server on GPU 0 (the recipe's model, LoRA slots for max_staleness + 2 adapters, the dev endpoints
+    # TRL calls, log-probs after temperature and top-p as the trainer computes them), the trainer on GPU 1
+    CUDA_VISIBLE_DEVICES=0 VLLM_SERVER_DEV_MODE=1 VLLM_ALLOW_RUNTIME_LORA_UPDATING=1 vllm serve \\
+        Qwen/Qwen2.5-1.5B-Instruct --port 8000 --enable-lora --max-lora-rank 16 --max-loras 4 \\
+        --logprobs-mode processed_logprobs --max-model-len 4096
+    CUDA_VISIBLE_DEVICES=1 python async_grpo.py gsm8k_grpo --max_staleness 1   # any recipe flag or --config works
+    # one GPU: the same, both on GPU 0, the server held to a share of it (vLLM's default takes 92%)
+    ... vllm serve ... --gpu-memory-utilization 0.35
+
+Before the model loads it checks, one line each, what the run needs of the server (the model under its name, LoRA
+slots, the dev endpoints, `--logprobs-mode processed_logprobs`), of this GPU (memory beside the server; flash-attn3's
+kernels exist for sm80 and sm90 only, so other GPUs attend with SDPA) and of the options. Without --max_steps the run
+is num_train_epochs over the data and its LR schedule is sized to that length (schedule_length says how).
 
 What works where: LoRA (`--use_peft`, every recipe's default) syncs as adapter files, on a GPU or a CPU (vLLM's CPU
 build serves; on a CPU start it with `--no-enable-chunked-prefill`: its engine fails seeded requests prefilled in
@@ -32,6 +41,7 @@ per-step tool-time budget has no steps to share there: each call stops at `--too
 
 import importlib.util
 import logging
+import math
 import os
 import pickle
 import re
@@ -71,8 +81,8 @@ class AsyncRecipeConfig(AsyncGRPOConfig):
                                        "checkpoints, deleting them. Default: refuse, and say how to resume."})
     # --dtype is ModelConfig's, as in the recipes (AsyncGRPOConfig has its own; main() copies the one given here)
     dtype: str = field(default="float32", init=False)
-    skip_memory_check: bool = field(default=True, metadata={"help": "The memory estimate is for colocated vLLM; "
-                                    "here vLLM runs on its own device."})
+    skip_memory_check: bool = field(default=False, metadata={"help": "Start even when the GPU memory estimate says "
+                                    "the run does not fit beside the server's share."})
     tree_attention: str = field(default="flash-attn3", metadata={
         "choices": ["flash-attn3", "sdpa"], "help": "How the packed rollouts' tree attention is computed: TRL's "
         "flash-attn3 (CUDA; the kernels package fetches it from the Hub), or transformers' SDPA with a tree mask (the "
@@ -119,9 +129,10 @@ def recipe_defaults(recipe) -> tuple[dict, list[str]]:
     return kept, differences
 
 
-def check_server(training_args, model_args) -> None:
-    """The vLLM server is up, serves this model under its name, and (LoRA) holds enough adapters of a large enough
-    rank; each missing piece is one line naming the fix."""
+def check_server(training_args, model_args) -> dict:
+    """The vLLM server is up, serves this model under its name, exposes TRL's dev endpoints, returns the log-probs
+    the trainer compares against, and (LoRA) holds enough adapters of a large enough rank; each missing piece is one
+    line naming the fix. Returns the server's vLLM config."""
     url = training_args.vllm_server_base_url.rstrip("/")
     try:
         served = [m["id"] for m in requests.get(f"{url}/v1/models", timeout=10).json()["data"]]
@@ -135,17 +146,35 @@ def check_server(training_args, model_args) -> None:
     earlier = sorted(name for name in served if name.startswith("trl-policy-v"))
     if earlier:  # TRL numbers each run's adapters from v1: loading v1 again fails halfway into the first sync
         raise Refusal(f"the server at {url} still holds an earlier run's adapters ({', '.join(earlier)}): restart it")
-    if not model_args.use_peft:
-        if not torch.cuda.is_available():
-            raise Refusal("a full fine-tune syncs weights to vLLM over NCCL, which needs CUDA: add --use_peft (adapter "
-                          "files)")
-        return
+    if not model_args.use_peft and not torch.cuda.is_available():
+        raise Refusal("a full fine-tune syncs weights to vLLM over NCCL, which needs CUDA: add --use_peft (adapter "
+                      "files)")
     answer = requests.get(f"{url}/server_info", params={"config_format": "json"}, timeout=10)
     if answer.status_code == 404:
         raise Refusal(f"{url}/server_info is missing: start the server with VLLM_SERVER_DEV_MODE=1 (TRL pauses, "
                       "resumes and loads adapters through its dev endpoints)")
     config = answer.json()["vllm_config"]
-    lora, needed = config["lora_config"], training_args.max_staleness + 2
+    if model_args.use_peft:
+        check_lora_slots(config["lora_config"], training_args, model_args)
+    device = str((config.get("device_config") or {}).get("device"))
+    if device == "cpu" and (config.get("scheduler_config") or {}).get("enable_chunked_prefill"):
+        # TRL seeds every request, and vLLM's CPU engine fails a seeded request whose prefill is split in chunks
+        # ("CPU Generator does not use offset"): the server would die mid-run, at the first long prompt
+        raise Refusal("the server runs vLLM's CPU engine with chunked prefill, which fails the seeded requests TRL "
+                      "sends: restart it with --no-enable-chunked-prefill")
+    mode = (config.get("model_config") or {}).get("logprobs_mode")
+    if mode != "processed_logprobs":
+        # vLLM's default returns log-probs before temperature and top-p/top-k; TRL's async worker stores them as the
+        # rollout's old log-probs while the trainer's are computed after temperature: every importance ratio would be
+        # off once --temperature or --top_p moves from 1 (as TRL's own `trl vllm-serve` avoids)
+        raise Refusal(f"the server returns {mode} (vLLM's default), not the sampled distribution's log-probs the "
+                      "importance ratio needs: restart it with --logprobs-mode processed_logprobs")
+    return config
+
+
+def check_lora_slots(lora: dict | None, training_args, model_args) -> None:
+    """The server loads adapters at runtime: enough slots (max_staleness + 2) of this run's rank."""
+    needed = training_args.max_staleness + 2
     if lora is None:
         raise Refusal(f"the server was started without LoRA: add --enable-lora --max-lora-rank {model_args.lora_r} "
                       f"--max-loras {needed} and VLLM_ALLOW_RUNTIME_LORA_UPDATING=1")
@@ -154,21 +183,54 @@ def check_server(training_args, model_args) -> None:
                       f"needs {needed} (--max_staleness {training_args.max_staleness} + 2) of rank "
                       f"{model_args.lora_r}: restart it with --max-lora-rank "
                       f"{max(model_args.lora_r, lora['max_lora_rank'])} --max-loras {needed}")
-    device = str((config.get("device_config") or {}).get("device"))
-    if device == "cpu" and (config.get("scheduler_config") or {}).get("enable_chunked_prefill"):
-        # TRL seeds every request, and vLLM's CPU engine fails a seeded request whose prefill is split in chunks
-        # ("CPU Generator does not use offset"): the server would die mid-run, at the first long prompt
-        raise Refusal("the server runs vLLM's CPU engine with chunked prefill, which fails the seeded requests TRL "
-                      "sends: restart it with --no-enable-chunked-prefill")
 
 
-def check_attention(training_args) -> None:
-    """flash-attn3 needs CUDA and the `kernels` package; each missing piece is one line (or sdpa without CUDA)."""
-    if not torch.cuda.is_available():
+def server_memory_share(config: dict) -> float | None:
+    """The share of its GPU a CUDA server reserves (--gpu-memory-utilization), or None for a CPU server."""
+    if str((config.get("device_config") or {}).get("device")) == "cpu":
+        return None
+    return float((config.get("cache_config") or {}).get("gpu_memory_utilization", 0.92))
+
+
+FLASH_ATTN3_CAPABILITIES = ((8, 0), (9, 0))  # the kernels package's flash-attn3 builds: sm80 (A100), sm90 (H100/H200)
+
+
+def check_attention(training_args, capability: tuple[int, int] | None = None) -> None:
+    """Tree attention the trainer can run here: flash-attn3 needs CUDA, a GPU it is built for and the `kernels`
+    package; without CUDA, or on another GPU (a T4, an L4, a Blackwell card), SDPA with a tree mask computes the same
+    attention, said in one line. `capability` is the GPU's (default: this machine's first)."""
+    if training_args.tree_attention != "flash-attn3":
+        return
+    if capability is None and not torch.cuda.is_available():
         training_args.tree_attention = "sdpa"
-    elif training_args.tree_attention == "flash-attn3" and importlib.util.find_spec("kernels") is None:
+        return
+    capability = capability or torch.cuda.get_device_capability()
+    if tuple(capability) not in FLASH_ATTN3_CAPABILITIES:
+        training_args.tree_attention = "sdpa"
+        logger.warning(f"this GPU is sm{capability[0]}{capability[1]}: TRL's flash-attn3 kernels exist for sm80 and "
+                       "sm90 only, so tree attention by transformers' SDPA with a tree mask (the same attention, "
+                       "slower)")
+    elif importlib.util.find_spec("kernels") is None:
         raise Refusal("TRL's async trainer loads flash-attn3 with the kernels package: `pip install kernels`, or pass "
                       "--tree_attention sdpa")
+
+
+def schedule_length(training_args, num_prompts: int) -> None:
+    """Without --max_steps, TRL's async trainer stops after num_train_epochs passes over the prompts but sizes its LR
+    schedule by a safety ceiling (about 32x the run): the recipes' warmup and cosine decay would never be reached, and
+    the run would train at a fraction of its rate. Set max_steps to the run's length, num_train_epochs x prompts x
+    num_generations / samples per step, which becomes both the schedule's length and the stop (one training row per
+    completion; a multi-turn conversation TRL forks into several rows, where a chat template rewrites earlier turns,
+    makes a step hold fewer prompts, and the run then ends before its last epoch does)."""
+    if training_args.max_steps > 0:
+        return
+    samples_per_step = (training_args.per_device_train_batch_size * training_args.gradient_accumulation_steps
+                        * training_args.world_size)
+    rows = training_args.num_train_epochs * num_prompts * training_args.num_generations
+    training_args.max_steps = max(1, math.ceil(rows / samples_per_step))
+    logger.info(f"max_steps {training_args.max_steps}: {training_args.num_train_epochs:g} epoch(s) of {num_prompts} "
+                f"prompts x {training_args.num_generations} completions / {samples_per_step} per step, the length of "
+                f"the {getattr(training_args.lr_scheduler_type, 'value', '')} LR schedule")
 
 
 def check_picklable(named: dict) -> None:
@@ -243,15 +305,18 @@ def main(argv: list[str] | None = None) -> AsyncGRPOTrainer:
         raise Refusal(f"--attn_implementation {model_args.attn_implementation}: the async trainer sets its own (tree "
                       "attention over packed rollouts); drop it")
     task = contract.checked_setup(recipe, script_args)  # pickled into the trainer's rollout process, restarted there
-    tokenizer = training.prepare(training_args, model_args, task)  # here first: a sandbox that cannot start is one line
+    server = check_server(training_args, model_args)
+    # here first: a sandbox that cannot start is one line; the memory check counts the server's share of the GPU
+    tokenizer = training.prepare(training_args, model_args, task, generation_server=True,
+                                 server_share=server_memory_share(server))
     training_args.model_init_kwargs.pop("attn_implementation")  # see above: the trainer passes it itself
-    check_server(training_args, model_args)
     check_attention(training_args)
     if differences:
         logger.warning(f"where this run differs from {recipe.__name__}.py: {'; '.join(differences)}")
     reward_funcs = [WeightedReward(f, w) for f, w in zip(task.reward_funcs, training_args.reward_weights, strict=True)]
     check_picklable({rewards.reward_name(f): f for f in reward_funcs} | {"the tools": task.environment_factory})
     train_dataset, _ = data.load_splits(recipe.build_dataset, training_args, script_args.dataset_path, 0)
+    schedule_length(training_args, len(train_dataset))
     if not torch.cuda.is_available():  # TRL 1.16's async trainer assumes a GPU here (and for flash-attn3)
         trl_patches.no_mfu_without_cuda()
         logger.warning("no CUDA: tree attention by transformers' SDPA with a tree mask instead of flash-attn3 (the "

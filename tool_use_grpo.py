@@ -61,6 +61,7 @@ RECIPE_DEFAULTS = {
     "num_generations_eval": 4,
     "vllm_gpu_memory_utilization": 0.3,
     "use_peft": True, "lora_r": 16, "lora_alpha": 32, "lora_target_modules": ["all-linear"],  # LoRA: one 24 GB GPU
+    "lora_dropout": 0.0,  # TRL's 0.05: trained log-probs differ from what vLLM sampled (read as off-policy)
 }
 
 

@@ -99,10 +99,13 @@ def apply_dependent_defaults(training_args, model_args, given: set[str]) -> None
                        "train float32 weights under mixed precision")
     if model_args.load_in_4bit and model_args.dtype == "float32":  # QLoRA computes in half precision, not fp32
         model_args.dtype = "bfloat16" if training_args.bf16 else "float16"
-    if model_args.load_in_4bit and getattr(training_args, "use_vllm", False):
+    quantized = "--load_in_4bit" if model_args.load_in_4bit else "--load_in_8bit" if model_args.load_in_8bit else None
+    if quantized and getattr(training_args, "use_vllm", False):
+        # 4-bit: TRL would merge the adapter into the 4-bit base for vLLM at every step (a lossy requantisation on
+        # the CPU, reported to crash); 8-bit: TRL refuses to send 8-bit weights to vLLM, after the model has loaded
         if not training_args.use_vllm_chosen:
-            raise Refusal("--use_vllm with --load_in_4bit: TRL would merge the LoRA adapter into the 4-bit base for "
-                          "vLLM at every step (a lossy requantisation on the CPU, reported to crash); drop one of them")
-        training_args.use_vllm = False  # the same reason: generate with transformers beside a 4-bit model
-        logger.warning("--load_in_4bit: generating with transformers, not vLLM (vLLM would need the adapter merged "
-                       "into the 4-bit model at every step)")
+            raise Refusal(f"--use_vllm with {quantized}: TRL cannot sync a LoRA adapter on a quantized base to vLLM "
+                          "(4-bit: a lossy requantisation at every step; 8-bit: refused); drop one of them")
+        training_args.use_vllm = False  # the same reason: generate with transformers beside a quantized model
+        logger.warning(f"{quantized}: generating with transformers, not vLLM (TRL cannot sync an adapter on a "
+                       "quantized base to vLLM)")

@@ -49,7 +49,8 @@ CPU_TILE_COPIES = 8  # float32 tiles its torch fallback (no Triton: CPU) keeps l
 def estimate_memory(model_config, *, weight_dtype: str, half: bool, use_peft: bool, load_in_4bit: bool, lora_r: int,
                     batch: int, generation_batch: int, prompt: int, completion: int, checkpointing: bool,
                     use_vllm: bool, reference_model: bool = False, sharded: tuple[str, ...] = (), processes: int = 1,
-                    vllm_bytes: float = 0.0, device: str = "cuda") -> dict[str, float]:
+                    vllm_bytes: float = 0.0, device: str = "cuda", eval_batch: int = 0,
+                    ddp_buckets: bool = False) -> dict[str, float]:
     """Peak GPU memory of one training process, in bytes, by part: what TRL 1.16's GRPO step allocates.
 
     weights: the model in `weight_dtype` (float32 master weights for a full fine-tune; a frozen LoRA base in bf16/fp16;
@@ -62,7 +63,11 @@ def estimate_memory(model_config, *, weight_dtype: str, half: bool, use_peft: bo
     (batch, completion, vocab) logits but works in tiles (LM_HEAD_TILE) over the scored tokens (the completions on a
     GPU; every position in the torch fallback on a CPU) with a float32 gradient for the hidden states. Generation
     without vLLM: the KV cache of the whole generation batch and one step's logits. `sharded` lists the parts ZeRO or
-    FSDP divide by `processes`. Plus what vLLM reserves beside it (colocate) and 1 GiB of CUDA context.
+    FSDP divide by `processes`. Evaluation with vLLM (`eval_batch` sequences a forward): TRL scores the completions'
+    log-probs without gradients, one layer's transient working set (about 4 hidden-sized and 3 intermediate-sized
+    values a token) and the log-prob head over `eval_batch` whole sequences at once, beside the resident optimizer.
+    `ddp_buckets`: DDP's gradient buckets, a second copy of the gradients. Plus what vLLM reserves beside it
+    (colocate) and 1 GiB of CUDA context.
     benchmarks/bench_memory.py measures the torch-allocated parts against torch's profiler (tests/test_preflight.py).
     """
     params, linear, lora_per_rank = count_parameters(model_config)
@@ -84,10 +89,14 @@ def estimate_memory(model_config, *, weight_dtype: str, half: bool, use_peft: bo
     head = tile * (compute_bytes + (4 * CPU_TILE_COPIES if device != "cuda" else 0)) + scored * hidden * 4
     generation = 0 if use_vllm else generation_batch * ((prompt + completion) * layers * 2 * kv_width * weight_bytes
                                                         + vocab * 4)
+    eval_tokens = eval_batch * (prompt + completion) if use_vllm else 0  # no vLLM: TRL computes no eval log-probs
+    evaluation = (eval_tokens * (hidden * 5 + model_config.intermediate_size * 3) * compute_bytes
+                  + min(eval_batch * completion, LM_HEAD_TILE[0]) * min(vocab, LM_HEAD_TILE[1]) * compute_bytes
+                  if eval_tokens else 0)
     head_gradient = 0 if use_peft else vocab * hidden * 4  # the fused head's float32 buffer beside the weight's .grad
     parts = {"weights": base * (2 if reference_model else 1) + lora * 4,
-             "gradients": trainable * train_bytes + head_gradient,
-             "optimizer": 2 * trainable * train_bytes, "activations": max(backbone + head, generation)}
+             "gradients": trainable * train_bytes * (2 if ddp_buckets else 1) + head_gradient,
+             "optimizer": 2 * trainable * train_bytes, "activations": max(backbone + head, generation, evaluation)}
     for part in sharded:
         parts[part] /= processes
     return {**parts, "vllm": vllm_bytes, "cuda context": 1 * GiB}
@@ -111,26 +120,36 @@ def sharding(training_args) -> tuple[tuple[str, ...], int]:
         if stage else (), processes
 
 
-def memory_options(training_args, model_args, prompt_tokens: int = 256, total: int = 0) -> dict:
-    """The keyword arguments of estimate_memory for this run."""
-    colocated = getattr(training_args, "use_vllm", False) and training_args.vllm_mode == "colocate"
+def memory_options(training_args, model_args, prompt_tokens: int = 256, total: int = 0,
+                   generation_server: bool = False) -> dict:
+    """The keyword arguments of estimate_memory for this run. `generation_server`: a vLLM server generates (the async
+    trainer), so this process holds no KV cache and no vLLM share, and runs no evaluation."""
+    use_vllm = generation_server or bool(getattr(training_args, "use_vllm", False))
+    colocated = use_vllm and not generation_server and training_args.vllm_mode == "colocate"
     batch = training_args.per_device_train_batch_size
-    steps = training_args.steps_per_generation or training_args.gradient_accumulation_steps
+    steps = getattr(training_args, "steps_per_generation", None) or training_args.gradient_accumulation_steps
     sharded, processes = sharding(training_args)
+    evaluates = not generation_server and str(getattr(training_args.eval_strategy, "value",
+                                                      training_args.eval_strategy)) != "no"
     return dict(weight_dtype=str(model_args.dtype or "float32"), half=bool(training_args.bf16 or training_args.fp16),
                 use_peft=model_args.use_peft, load_in_4bit=model_args.load_in_4bit, lora_r=model_args.lora_r,
-                batch=batch, generation_batch=training_args.generation_batch_size or batch * steps,
+                batch=batch, generation_batch=getattr(training_args, "generation_batch_size", None) or batch * steps,
                 prompt=prompt_tokens, completion=getattr(training_args, "max_completion_length", 512),
-                checkpointing=checkpointing_on(training_args), use_vllm=bool(getattr(training_args, "use_vllm", False)),
+                checkpointing=checkpointing_on(training_args), use_vllm=use_vllm,
                 reference_model=getattr(training_args, "beta", 0.0) != 0 and not model_args.use_peft,
                 sharded=sharded, processes=processes,
-                vllm_bytes=training_args.vllm_gpu_memory_utilization * total if colocated else 0.0)
+                vllm_bytes=training_args.vllm_gpu_memory_utilization * total if colocated else 0.0,
+                eval_batch=training_args.per_device_eval_batch_size if evaluates else 0,
+                ddp_buckets=processes > 1 and not sharded)
 
 
-def check_memory(training_args, model_args, prompt_tokens: int = 256, gpu: tuple[int, int] | None = None) -> None:
+def check_memory(training_args, model_args, prompt_tokens: int = 256, gpu: tuple[int, int] | None = None,
+                 server_share: float | None = None, generation_server: bool = False) -> None:
     """On a GPU, before the model loads: exit in one line, with options that fit, when the estimate exceeds its free
     memory. `gpu` is (free, total) bytes; by default this machine's first GPU, and nothing to check without one.
-    --skip_memory_check skips it (an estimate, not an allocator)."""
+    `generation_server`: a vLLM server generates (async_grpo.py), reserving `server_share` of its GPU (None: a CPU
+    server); when that GPU may be this one, the line names the share that would fit. --skip_memory_check skips it (an
+    estimate, not an allocator)."""
     if getattr(training_args, "skip_memory_check", False):
         return
     from transformers import AutoConfig
@@ -147,7 +166,7 @@ def check_memory(training_args, model_args, prompt_tokens: int = 256, gpu: tuple
 
     free, total = gpu or torch.cuda.mem_get_info()
     model_config = AutoConfig.from_pretrained(model_args.model_name_or_path, revision=model_args.model_revision)
-    options = memory_options(training_args, model_args, prompt_tokens, total)
+    options = memory_options(training_args, model_args, prompt_tokens, total, generation_server)
 
     def peak(**changes) -> float:
         return sum(estimate_memory(model_config, **{**options, **changes}).values())
@@ -159,13 +178,21 @@ def check_memory(training_args, model_args, prompt_tokens: int = 256, gpu: tuple
     half = "bfloat16" if training_args.bf16 else "float16"
     smaller = max(1, training_args.per_device_train_batch_size // 2)
     candidates = {"--use_peft": dict(use_peft=True, weight_dtype=half, reference_model=False),
-                  "--use_peft --load_in_4bit": dict(use_peft=True, load_in_4bit=True, use_vllm=False, vllm_bytes=0.0,
-                                                    reference_model=False),
+                  "--use_peft --load_in_4bit": dict(use_peft=True, load_in_4bit=True, use_vllm=generation_server,
+                                                    vllm_bytes=0.0, reference_model=False, eval_batch=0),
                   f"--per_device_train_batch_size {smaller}": dict(batch=smaller),
                   "--gradient_checkpointing true": dict(checkpointing=True),
                   "--vllm_gpu_memory_utilization 0.15": dict(vllm_bytes=0.15 * total if options["vllm_bytes"] else 0)}
+    if options["eval_batch"] > 1:  # evaluation's log-probs can be the peak (a batch of whole sequences at once)
+        candidates[f"--per_device_eval_batch_size {options['eval_batch'] // 4 or 1}"] = dict(
+            eval_batch=options["eval_batch"] // 4 or 1)
     fits = [f"{flags} (~{peak(**change) / GiB:.1f} GiB)" for flags, change in candidates.items()
             if peak(**change) <= free and peak(**change) < needed]
+    if server_share is not None:
+        share = int((1 - (needed + GiB) / total) * 20) / 20  # a margin of 1 GiB, in steps of 0.05
+        fits.insert(0, f"if the vLLM server shares this GPU (it reserves {server_share:.0%} of its GPU), "
+                       + (f"restart it with --gpu-memory-utilization {share:.2f}, or " if share >= 0.1 else "")
+                       + "serve on another GPU")
     raise Refusal(f"this run needs about {needed / GiB:.1f} GiB of GPU memory and {free / GiB:.1f} GiB are free: "
                   + (f"try {'; or '.join(fits)}" if fits else "use a smaller model, or a GPU with more memory")
                   + " (--skip_memory_check runs it anyway)")

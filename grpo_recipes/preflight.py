@@ -27,13 +27,17 @@ from grpo_recipes.refusal import Refusal
 logger = logging.getLogger("grpo-recipes")
 
 
-def check_launch(script: str, gpus: int | None = None) -> None:
+def check_launch(script: str, gpus: int | None = None, generation_server: bool = False) -> None:
     """A plain `python` run sees several GPUs: transformers would split one model across them (device_map="auto", a
     pipeline that runs one GPU at a time) while vLLM and the memory check use the first. Name the launch that uses
-    them all, or the one-GPU run."""
+    them all, or the one-GPU run; with a vLLM server generating (async_grpo.py), the GPU beside the server's."""
     gpus = torch.cuda.device_count() if gpus is None else gpus
     if gpus > 1 and "WORLD_SIZE" not in os.environ:
         command = " ".join([script, *map(shlex.quote, sys.argv[1:])])
+        if generation_server:  # the documented layout serves on GPU 0 (async_grpo.py's docstring)
+            raise Refusal(f"{gpus} GPUs are visible to one process: train on the one the vLLM server does not use, "
+                          f"e.g. `CUDA_VISIBLE_DEVICES=1 python {command}` beside `CUDA_VISIBLE_DEVICES=0 vllm serve "
+                          "...`")
         raise Refusal(f"{gpus} GPUs are visible to one process: train on all of them with `accelerate launch "
                       f"--config_file accelerate/multi_gpu.yaml --num_processes {gpus} {command}`, or on one with "
                       f"`CUDA_VISIBLE_DEVICES=0 python {command}`")

@@ -28,10 +28,12 @@ from grpo_recipes.refusal import Refusal
 from grpo_recipes.trl_patches import reentrant_checkpointing_for_peft_zero3, sync_lora_out_of_place
 
 
-def prepare(training_args: GRPOConfig, model_args: ModelConfig, task: Setup):
+def prepare(training_args: GRPOConfig, model_args: ModelConfig, task: Setup, generation_server: bool = False,
+            server_share: float | None = None):
     """Before the model loads: logging, the pre-flight checks (preflight.py, output_dir.py, memory.py), the run's reward
     weights (the recipe's, unless --reward_weights), wandb and the tokenizer; then the task's services start (a
-    sandbox, an index: Setup.start), last, so that a mistake in the options costs one line before they do."""
+    sandbox, an index: Setup.start), last, so that a mistake in the options costs one line before they do.
+    `generation_server`: a vLLM server generates (async_grpo.py), reserving `server_share` of its GPU."""
     setup_logging()
     rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
     if world > 1:  # one line per process, so a multi-GPU launch shows every rank came up
@@ -39,7 +41,8 @@ def prepare(training_args: GRPOConfig, model_args: ModelConfig, task: Setup):
     if "OMP_NUM_THREADS" in os.environ:  # torch read it at import, before a YAML `env:` block could set it
         torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
     tools = task.environment_factory is not None
-    preflight.check_launch(Path(sys.argv[0]).name if sys.argv[0].endswith(".py") else "<recipe>.py")
+    preflight.check_launch(Path(sys.argv[0]).name if sys.argv[0].endswith(".py") else "<recipe>.py",
+                           generation_server=generation_server)
     preflight.check_tools_across_processes(training_args, tools)
     preflight.check_model_options(training_args, model_args)
     if training_args.reward_weights is None:
@@ -48,7 +51,7 @@ def prepare(training_args: GRPOConfig, model_args: ModelConfig, task: Setup):
                            [rewards.reward_name(f) for f in task.reward_funcs])
     prepare_output_dir(training_args)
     preflight.check_model_source(model_args.model_name_or_path)
-    memory.check_memory(training_args, model_args)
+    memory.check_memory(training_args, model_args, server_share=server_share, generation_server=generation_server)
     preflight.check_lora_targets(model_args)
     preflight.check_loggers(training_args)
     tokenizer = AutoTokenizer.from_pretrained(model_args.model_name_or_path, padding_side="left")
@@ -75,6 +78,7 @@ def run(trainer: GRPOTrainer, reward_funcs: list | None = None) -> GRPOTrainer:
     """Train the trainer a recipe built (compact logs; Ctrl-C prints the command that resumes; resumes when asked),
     save the model to its output_dir, and plot its curves there. Logs what runs first: the summary and the rubric
     (reward_funcs, where the trainer keeps none: the async trainer)."""
+    trainable_in_float32(trainer.model)
     logger.info(run_summary(trainer.args, trainer.model))
     rubric = rubric_summary(reward_funcs or trainer.reward_funcs, trainer.args.reward_weights)
     logger.info(f"rubric (rewards.py documents each):\n{rubric}")
@@ -85,6 +89,19 @@ def run(trainer: GRPOTrainer, reward_funcs: list | None = None) -> GRPOTrainer:
         plot_training(trainer.state.log_history, Path(output_dir) / PLOT_FILE)
     logger.info(f"saved the trained model and {PLOT_FILE} to {output_dir}")
     return trainer
+
+
+def trainable_in_float32(model) -> None:
+    """Trained weights stay float32, as the recipes' precision rule says (configs.default_precision), before the
+    optimizer exists: TRL 1.16's GRPOTrainer casts a quantized (QLoRA) model's adapter to bfloat16, where AdamW's
+    steps at the recipes' LoRA rates are mostly below bf16's resolution (one step moved 15-62% of lora_A's entries at
+    1e-5..5e-5, 100% in float32). PEFT's quantized layers run a float32 adapter on half-precision inputs as they do by
+    default. Other models keep what they were loaded with."""
+    if not (getattr(model, "is_loaded_in_4bit", False) or getattr(model, "is_loaded_in_8bit", False)):
+        return
+    for param in model.parameters():
+        if param.requires_grad and param.dtype != torch.float32:
+            param.data = param.data.float()
 
 
 def save_atomically(output_dir: str | Path, save, moves: bool = True, wait=lambda: None) -> None:

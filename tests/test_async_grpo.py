@@ -99,3 +99,75 @@ def test_max_staleness_0_is_trls_strict_policy_and_a_step_takes_the_recipes_batc
         parse("--max_staleness", "-1")
     args = parse("--per_device_train_batch_size", "8")
     assert args.token_budget == 0 and args.per_device_train_batch_size == 8  # 8 samples a step, not what fits
+
+
+def learning_rates(args, steps: int) -> list[float]:
+    """The LR of each of `steps` optimizer steps under args' schedule, built as transformers' Trainer builds it."""
+    from transformers import get_scheduler
+
+    optimizer = torch.optim.AdamW(torch.nn.Linear(1, 1).parameters(), lr=args.learning_rate)
+    scheduler = get_scheduler(args.lr_scheduler_type, optimizer, args.get_warmup_steps(args.max_steps),
+                              args.max_steps, scheduler_specific_kwargs=args.lr_scheduler_kwargs)
+    rates = []
+    for _ in range(steps):
+        rates.append(scheduler.get_last_lr()[0])
+        optimizer.step()
+        scheduler.step()
+    return rates
+
+
+@pytest.mark.parametrize("recipe", ["gsm8k_grpo", "tool_use_grpo"])
+def test_without_max_steps_the_lr_schedule_spans_the_run_the_trainer_stops_at(recipe):
+    """The documented command gives no --max_steps: the run is one epoch, and its cosine schedule must warm up over
+    its first 10% and decay to ~0 at its end (TRL's safety ceiling, ~32x the run, left GSM8K's run in warmup at ~15%
+    of the rate)."""
+    import importlib
+
+    module = importlib.import_module(recipe)
+    defaults, _ = async_grpo.recipe_defaults(module)
+    args = options.parse_args(module.ScriptArguments, defaults, [], config_class=async_grpo.AsyncRecipeConfig)[1]
+    assert args.max_steps <= 0
+    prompts = 7473  # GSM8K's train split
+    async_grpo.schedule_length(args, prompts)
+    steps = -(-prompts * args.num_generations // (args.per_device_train_batch_size * args.gradient_accumulation_steps))
+    assert args.max_steps == steps  # the stop and the schedule's length are one number
+    rates = learning_rates(args, steps)
+    peak = max(rates)
+    assert peak == pytest.approx(args.learning_rate, rel=0.01)
+    assert rates.index(peak) == pytest.approx(defaults["warmup_steps"] * steps, abs=1)  # a share of the run
+    assert rates[-1] < 0.01 * args.learning_rate  # decayed by the end
+    mean = defaults["warmup_steps"] / 2 + (1 - defaults["warmup_steps"]) / 2  # linear warmup, then cosine to 0
+    assert sum(rates) / steps == pytest.approx(mean * args.learning_rate, rel=0.02)
+    given = options.parse_args(module.ScriptArguments, defaults, ["--max_steps", "30"],
+                               config_class=async_grpo.AsyncRecipeConfig)[1]
+    async_grpo.schedule_length(given, prompts)
+    assert given.max_steps == 30  # an explicit --max_steps is kept
+
+
+@pytest.mark.parametrize(("capability", "attention"), [((7, 5), "sdpa"), ((8, 9), "sdpa"), ((12, 0), "sdpa"),
+                                                       ((8, 0), "flash-attn3"), ((9, 0), "flash-attn3")])
+def test_a_gpu_without_trls_flash_attn3_kernels_attends_with_sdpa_said_in_one_line(capability, attention, caplog):
+    """TRL loads flash-attn3 builds for sm80 and sm90 only: a T4, an L4 or a Blackwell card would fail at the first
+    forward. They attend with SDPA's tree mask instead, with one line saying why."""
+    import importlib.util
+
+    args = parse()
+    if attention == "flash-attn3" and importlib.util.find_spec("kernels") is None:
+        with pytest.raises(Refusal, match="`pip install kernels`, or pass --tree_attention sdpa"):
+            async_grpo.check_attention(args, capability=capability)
+        return
+    async_grpo.check_attention(args, capability=capability)
+    assert args.tree_attention == attention
+    if attention == "sdpa":
+        assert f"this GPU is sm{capability[0]}{capability[1]}: TRL's flash-attn3 kernels exist for sm80 and sm90 only" \
+            in caplog.text
+
+
+def test_two_gpus_seen_by_the_async_trainer_name_the_one_beside_the_servers(monkeypatch):
+    from grpo_recipes import preflight
+
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    monkeypatch.setattr("sys.argv", ["async_grpo.py", "gsm8k_grpo", "--max_staleness", "1"])
+    with pytest.raises(Refusal, match=r"train on the one the vLLM server does not use, e\.g\. `CUDA_VISIBLE_DEVICES=1 "
+                       r"python async_grpo.py gsm8k_grpo --max_staleness 1` beside `CUDA_VISIBLE_DEVICES=0 vllm serve"):
+        preflight.check_launch("async_grpo.py", gpus=2, generation_server=True)

@@ -134,3 +134,47 @@ def test_the_memory_estimate_is_within_25_percent_of_measured_peaks():
     rows = [line.split("|") for line in proc.stdout.splitlines() if line.startswith(("| 0.5B", "| 1.5B"))]
     assert len(rows) == 4
     assert all(abs(float(row[-2].strip().rstrip("%"))) <= 25 for row in rows)
+
+
+def test_evaluation_log_probs_and_ddp_buckets_are_counted(tmp_path, monkeypatch):
+    """Two peaks the training step misses: evaluation with vLLM scores per_device_eval_batch_size whole sequences in
+    one no-grad forward (search_agent_grpo's 2,048-token completions), and DDP keeps its gradient buckets, a second
+    copy of the gradients (a full fine-tune: 4 bytes a parameter more)."""
+    import search_agent_grpo
+    from transformers import AutoConfig
+
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    folder = write_config(tmp_path, "1.5B")
+    config = AutoConfig.from_pretrained(folder)
+    args, model_args = on_a_bf16_gpu(search_agent_grpo, ["--model_name_or_path", folder])
+    evaluating = memory.estimate_memory(config, **memory.memory_options(args, model_args))
+    args.eval_strategy = "no"
+    training = memory.estimate_memory(config, **memory.memory_options(args, model_args))
+    assert evaluating["activations"] > training["activations"]  # the eval forward is this recipe's peak
+    args, model_args = on_a_bf16_gpu(gsm8k_grpo, ["--model_name_or_path", folder, "--use_peft", "false"])
+    one = memory.estimate_memory(config, **memory.memory_options(args, model_args))
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    ddp = memory.estimate_memory(config, **memory.memory_options(args, model_args))
+    params = memory.count_parameters(config)[0]
+    assert ddp["gradients"] - one["gradients"] == pytest.approx(params * 4)
+    monkeypatch.setenv("ACCELERATE_USE_FSDP", "true")  # FSDP shards instead: no buckets of the whole model
+    assert memory.estimate_memory(config, **memory.memory_options(args, model_args))["gradients"] < one["gradients"]
+
+
+def test_a_run_beside_a_vllm_server_on_its_gpu_is_told_the_server_share_that_fits(tmp_path, monkeypatch):
+    """async_grpo.py: the trainer holds no KV cache and runs no evaluation; on the server's GPU, where vLLM's default
+    reserved 92%, the line names the --gpu-memory-utilization that leaves the trainer room; on a GPU of its own the
+    same run starts."""
+    import async_grpo
+
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    defaults, _ = async_grpo.recipe_defaults(gsm8k_grpo)
+    _, args, model_args = options.parse_args(gsm8k_grpo.ScriptArguments, defaults,
+                                             ["--model_name_or_path", write_config(tmp_path, "1.5B")],
+                                             config_class=async_grpo.AsyncRecipeConfig, ignore_keys={})
+    args.bf16, model_args.dtype = True, "bfloat16"
+    memory.check_memory(args, model_args, gpu=GPU_24GB, server_share=0.92, generation_server=True)  # its own GPU
+    shared = (int(24 * 0.08 * memory.GiB), 24 * memory.GiB)
+    with pytest.raises(Refusal, match=r"if the vLLM server shares this GPU \(it reserves 92% of its GPU\), restart "
+                       r"it with --gpu-memory-utilization 0\.\d+, or serve on another GPU"):
+        memory.check_memory(args, model_args, gpu=shared, server_share=0.92, generation_server=True)

@@ -133,11 +133,14 @@ def test_lora_takes_the_recipes_visible_lora_learning_rate_unless_a_learning_rat
     assert options.parse_args(gsm8k_grpo.ScriptArguments, defaults, [])[1].learning_rate == pytest.approx(full_rate)
 
 
-def test_qlora_never_runs_beside_vllm():
-    _, args, model_args = parse_args(["--load_in_4bit"])
+@pytest.mark.parametrize("bits", ["4", "8"])
+def test_a_quantized_base_never_runs_beside_vllm_and_asking_for_both_is_one_line(bits):
+    """TRL cannot sync an adapter on a quantized base to vLLM (8-bit: it raises once the model has loaded)."""
+    flag = f"--load_in_{bits}bit"
+    _, args, model_args = parse_args([flag])
     args.use_vllm, args.use_vllm_chosen = True, True  # what a GPU with vLLM installed would have chosen
-    configs.apply_dependent_defaults(args, model_args, {"load_in_4bit"})
+    configs.apply_dependent_defaults(args, model_args, {flag[2:]})
     assert args.use_vllm is False
     args.use_vllm, args.use_vllm_chosen = True, False  # asked for, with --use_vllm
-    with pytest.raises(Refusal, match="--use_vllm with --load_in_4bit: TRL would merge the LoRA adapter"):
-        configs.apply_dependent_defaults(args, model_args, {"load_in_4bit", "use_vllm"})
+    with pytest.raises(Refusal, match=f"--use_vllm with {flag}: TRL cannot sync a LoRA adapter on a quantized base"):
+        configs.apply_dependent_defaults(args, model_args, {flag[2:], "use_vllm"})

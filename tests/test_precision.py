@@ -96,3 +96,42 @@ def test_a_thousand_weight_syncs_leave_a_bf16_lora_base_bitwise_unchanged_and_se
         model.unmerge_adapter()
     changed = sum((p != base[name]).sum().item() for name, p in frozen_base(model).items() if "layers" in name)
     assert changed / sum(p.numel() for name, p in base.items() if "layers" in name) > 0.1
+
+
+def qlora_fraction_moved(kit, tmp_path, through_the_recipes_run: bool) -> tuple[float, set]:
+    """One GRPO step of a LoRA adapter on a model flagged as 4-bit (what TRL 1.16's GRPOTrainer reads to cast a
+    QLoRA adapter to bf16; bitsandbytes itself needs CUDA), at the tool recipes' Colab LoRA rate (2e-5): the share of
+    lora_A's entries that changed, and the adapter's dtypes when it trained."""
+    from peft import LoraConfig
+    from transformers import AutoModelForCausalLM
+    from trl import GRPOTrainer
+
+    out = tmp_path / ("run" if through_the_recipes_run else "trl")
+    _, args, model_args = parse_args(
+        "--model_name_or_path", str(kit / "tiny-qwen2"), "--output_dir", str(out), "--use_cpu", "true",
+        "--bf16", "true", "--learning_rate", "2e-5", "--lr_scheduler_type", "constant", "--warmup_steps", "0",
+        "--max_steps", "1", "--num_generations", "4", "--per_device_train_batch_size", "4",
+        "--gradient_accumulation_steps", "1", "--max_completion_length", "16", "--eval_strategy", "no",
+        "--save_strategy", "no", "--report_to", "none")
+    tokenizer = training.prepare(args, model_args, Setup([completion_length], [1.0]))
+    model = AutoModelForCausalLM.from_pretrained(kit / "tiny-qwen2", dtype=torch.bfloat16)
+    model.is_loaded_in_4bit = True  # as transformers marks a bitsandbytes model
+    dataset = gsm8k_grpo.build_dataset("train", str(kit / "gsm8k_toy")).select(range(4))
+    trainer = GRPOTrainer(model=model, reward_funcs=[completion_length], args=args, train_dataset=dataset,
+                          processing_class=tokenizer, peft_config=LoraConfig(r=8, target_modules="all-linear"))
+    lora_a = {name: p for name, p in trainer.model.named_parameters() if "lora_A" in name}
+    before = {name: p.detach().float().clone() for name, p in lora_a.items()}
+    if through_the_recipes_run:
+        training.run(trainer)
+    else:
+        trainer.train()
+    moved = sum((p.detach().float() != before[name]).sum().item() for name, p in lora_a.items())
+    return moved / sum(p.numel() for p in before.values()), {p.dtype for p in lora_a.values()}
+
+
+def test_a_qlora_adapter_trains_in_float32_and_every_entry_moves(kit, tmp_path):
+    fraction, dtypes = qlora_fraction_moved(kit, tmp_path, through_the_recipes_run=True)
+    assert dtypes == {torch.float32} and fraction >= 0.99
+    # The failing case, TRL's own cast: the bf16 adapter rounds most of AdamW's first step (~lr per entry) away.
+    fraction, dtypes = qlora_fraction_moved(kit, tmp_path, through_the_recipes_run=False)
+    assert dtypes == {torch.bfloat16} and fraction < 0.5
