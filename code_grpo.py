@@ -66,7 +66,6 @@ RECIPE_DEFAULTS = dict(
     save_steps=50, save_total_limit=3,
     eval_strategy="steps", eval_steps=50, num_generations_eval=4,
     per_device_eval_batch_size=16 if ON_COLAB else 64,  # 164 problems × 4 generations: 11 generation calls
-    vllm_gpu_memory_utilization=0.3,
     use_peft=True, lora_r=16, lora_alpha=32, lora_target_modules=["all-linear"],  # LoRA: one 24 GB GPU
     lora_dropout=0.0,  # TRL's 0.05: trained log-probs differ from what vLLM sampled (read as off-policy)
 )

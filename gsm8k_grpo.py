@@ -52,7 +52,6 @@ RECIPE_DEFAULTS = dict(
     logging_steps=1, save_steps=50 if ON_COLAB else 100, save_total_limit=3,
     eval_strategy="steps", eval_steps=50 if ON_COLAB else 100, num_generations_eval=4,
     per_device_eval_batch_size=16 if ON_COLAB else 64,  # 200 problems × 4 generations: 13 generation calls, not 50
-    vllm_gpu_memory_utilization=0.3,  # colocate mode (TRL's default): vLLM shares the GPU with training
     num_completions_to_print=2,  # --log_completions prints this many per logged step, one per prompt
     use_peft=True, lora_r=16, lora_alpha=32, lora_target_modules=["all-linear"],  # LoRA: one 24 GB GPU (README)
     lora_dropout=0.0,  # TRL's 0.05: trained log-probs differ from what vLLM sampled (read as off-policy)

@@ -62,7 +62,7 @@ RECIPE_DEFAULTS = {
     # 200 questions × 4 generations: 25 calls, not 50; 64 sequences of 2,304 tokens would make evaluation's log-prob
     # forward the run's peak (~10 GiB on a 1.5B model, memory.estimate_memory)
     "per_device_eval_batch_size": 16 if ON_COLAB else 32,
-    "num_generations_eval": 4, "vllm_gpu_memory_utilization": 0.3,
+    "num_generations_eval": 4,
     "use_peft": True, "lora_r": 16, "lora_alpha": 32, "lora_target_modules": ["all-linear"],  # LoRA: one 24 GB GPU
     "lora_dropout": 0.0,  # TRL's 0.05: trained log-probs differ from what vLLM sampled (read as off-policy)
 }

@@ -59,7 +59,6 @@ RECIPE_DEFAULTS = {
     "eval_strategy": "steps", "eval_steps": 50 if ON_COLAB else 100,
     "per_device_eval_batch_size": 16 if ON_COLAB else 64,  # 200 problems × 4 generations: 13 calls, not 50
     "num_generations_eval": 4,
-    "vllm_gpu_memory_utilization": 0.3,
     "use_peft": True, "lora_r": 16, "lora_alpha": 32, "lora_target_modules": ["all-linear"],  # LoRA: one 24 GB GPU
     "lora_dropout": 0.0,  # TRL's 0.05: trained log-probs differ from what vLLM sampled (read as off-policy)
 }

@@ -27,6 +27,9 @@ class RecipeGRPOConfig(GRPOConfig):
     lora_learning_rate: float | None = field(default=None, metadata={"help": "The learning rate with --use_peft, "
                                              "unless --learning_rate is given (each recipe sets it beside its "
                                              "learning_rate). None: --learning_rate for LoRA too."})
+    vllm_gpu_memory_utilization: float | None = field(default=None, metadata={"help": "The share of the GPU's "
+                                                      "memory colocated vLLM reserves. Default: sized from the GPU, "
+                                                      "the model and the run's lengths (memory.size_colocated_vllm)."})
     skip_memory_check: bool = field(default=False, metadata={"help": "Start even when the GPU memory estimate says "
                                     "the run will not fit (memory.check_memory)."})
     thinking: bool | None = field(default=None, metadata={"nargs": "?", "const": True, "help": "For thinking models "

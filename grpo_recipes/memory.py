@@ -4,6 +4,7 @@ would fit when the run would not. benchmarks/bench_memory.py measures the estima
 
 import json
 import logging
+import math
 import os
 from functools import lru_cache
 
@@ -141,6 +142,39 @@ def memory_options(training_args, model_args, prompt_tokens: int = 256, total: i
                 vllm_bytes=training_args.vllm_gpu_memory_utilization * total if colocated else 0.0,
                 eval_batch=training_args.per_device_eval_batch_size if evaluates else 0,
                 ddp_buckets=processes > 1 and not sharded)
+
+
+PROMPT_ALLOWANCE = 2048  # tokens a prompt may take in colocated vLLM's context, beside max_completion_length
+
+
+def size_colocated_vllm(training_args, model_args, total: int | None = None, prompt_tokens: int = 256) -> None:
+    """Colocated vLLM's context and share of the GPU, where the user set neither. Its context: PROMPT_ALLOWANCE +
+    max_completion_length, not the model's own (32,768 for Qwen2.5), one sequence of which vLLM requires its KV cache
+    to hold, beyond a small GPU's share. Its share: the bf16 weights, the KV cache of one generation batch of
+    `prompt_tokens` + max_completion_length tokens, and 1 GiB for its graphs and buffers, of the GPU's `total` bytes
+    (default: this machine's first GPU), rounded up to 0.05 and at least 0.1 (a fixed 0.3 reserves 24 GB for a 3 GB
+    model on 80 GB, and leaves ~1 GB of KV cache on 16 GB). Without CUDA: TRL's 0.3 (vLLM's CPU build sizes its KV
+    cache by VLLM_CPU_KVCACHE_SPACE)."""
+    completion = training_args.max_completion_length
+    if training_args.vllm_max_model_length is None:
+        training_args.vllm_max_model_length = PROMPT_ALLOWANCE + completion
+    if training_args.vllm_gpu_memory_utilization is not None:
+        return
+    if total is None and not torch.cuda.is_available():
+        training_args.vllm_gpu_memory_utilization = 0.3
+        return
+    from transformers import AutoConfig
+
+    total = total or torch.cuda.mem_get_info()[1]
+    config = AutoConfig.from_pretrained(model_args.model_name_or_path, revision=model_args.model_revision)
+    heads = config.num_attention_heads
+    kv_width = (getattr(config, "num_key_value_heads", None) or heads) * (getattr(config, "head_dim", None)
+                                                                       or config.hidden_size // heads)
+    sequences = training_args.generation_batch_size or (training_args.per_device_train_batch_size
+                                                        * training_args.gradient_accumulation_steps)
+    needed = (count_parameters(config)[0] * 2 + sequences * (prompt_tokens + completion) * config.num_hidden_layers
+              * 2 * kv_width * 2 + GiB)
+    training_args.vllm_gpu_memory_utilization = min(0.9, max(0.1, math.ceil(needed / total * 20) / 20))
 
 
 def check_memory(training_args, model_args, prompt_tokens: int = 256, gpu: tuple[int, int] | None = None,

@@ -51,6 +51,8 @@ def prepare(training_args: GRPOConfig, model_args: ModelConfig, task: Setup, gen
                            [rewards.reward_name(f) for f in task.reward_funcs])
     prepare_output_dir(training_args)
     preflight.check_model_source(model_args.model_name_or_path)
+    if getattr(training_args, "use_vllm", False) and training_args.vllm_mode == "colocate":
+        memory.size_colocated_vllm(training_args, model_args)
     memory.check_memory(training_args, model_args, server_share=server_share, generation_server=generation_server)
     preflight.check_lora_targets(model_args)
     preflight.check_loggers(training_args)

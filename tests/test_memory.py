@@ -63,8 +63,9 @@ def write_config(folder, size: str):
 def on_a_bf16_gpu(recipe, argv: list[str]):
     """A recipe's arguments as a bf16 GPU with vLLM gets them (this CPU refuses --bf16 and has no vLLM)."""
     _, args, model_args = options.parse_args(recipe.ScriptArguments, recipe.RECIPE_DEFAULTS, argv)
-    args.bf16, args.use_vllm, args.vllm_mode = True, True, "colocate"  # vLLM beside training: 30% of the GPU
+    args.bf16, args.use_vllm, args.vllm_mode = True, True, "colocate"  # vLLM beside training
     configs.apply_dependent_defaults(args, model_args, {a[2:] for a in argv if a.startswith("--")})
+    memory.size_colocated_vllm(args, model_args, total=GPU_24GB[1])  # its share of a 24 GB GPU
     return args, model_args
 
 
@@ -178,3 +179,28 @@ def test_a_run_beside_a_vllm_server_on_its_gpu_is_told_the_server_share_that_fit
     with pytest.raises(Refusal, match=r"if the vLLM server shares this GPU \(it reserves 92% of its GPU\), restart "
                        r"it with --gpu-memory-utilization 0\.\d+, or serve on another GPU"):
         memory.check_memory(args, model_args, gpu=shared, server_share=0.92, generation_server=True)
+
+
+@pytest.mark.parametrize("recipe", contract.RECIPES)
+def test_colocated_vllm_is_sized_from_the_gpu_and_the_runs_lengths_unless_given(tmp_path, recipe):
+    """vLLM's share covers its weights and one generation batch's KV cache on every card, and no more than that
+    rounded up (a fixed 0.3 held 24 GB for a 3 GB model on 80 GB); its context is the run's, not the model's 32,768."""
+    import importlib
+
+    from transformers import AutoConfig
+
+    module = importlib.import_module(recipe)
+    folder = write_config(tmp_path, "1.5B")
+    weights = memory.count_parameters(AutoConfig.from_pretrained(folder))[0] * 2
+    shares = {}
+    for gigabytes in (16, 24, 80):
+        args, model_args = on_a_bf16_gpu(module, ["--model_name_or_path", folder])
+        args.vllm_gpu_memory_utilization = None  # on_a_bf16_gpu sized it for 24 GB
+        memory.size_colocated_vllm(args, model_args, total=gigabytes * memory.GiB)
+        shares[gigabytes] = args.vllm_gpu_memory_utilization
+        assert shares[gigabytes] * gigabytes * memory.GiB > weights + memory.GiB  # room for a KV cache
+        assert args.vllm_max_model_length == memory.PROMPT_ALLOWANCE + args.max_completion_length
+    assert shares[80] == 0.1 and shares[16] > shares[24] > shares[80], shares
+    args, model_args = on_a_bf16_gpu(module, ["--model_name_or_path", folder, "--vllm_gpu_memory_utilization", "0.5",
+                                              "--vllm_max_model_length", "8192"])
+    assert (args.vllm_gpu_memory_utilization, args.vllm_max_model_length) == (0.5, 8192)  # given: kept
