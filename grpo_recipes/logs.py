@@ -77,6 +77,9 @@ def run_summary(training_args, model) -> str:
     if not hasattr(training_args, "use_vllm"):  # async_grpo.py: generation on a server, beside training
         generation = (f"the vLLM server at {training_args.vllm_server_base_url}, asynchronous (TRL's experimental "
                       f"AsyncGRPOTrainer, max_staleness {training_args.max_staleness})")
+    elif training_args.use_vllm and training_args.vllm_mode == "colocate":  # its share and context, as sized
+        generation = (f"vLLM (colocate, {training_args.vllm_gpu_memory_utilization:.2f} of the GPU, context "
+                      f"{training_args.vllm_max_model_length})")
     elif training_args.use_vllm:
         generation = f"vLLM ({training_args.vllm_mode})"
     else:
