@@ -51,7 +51,7 @@ def main(argv=None) -> dict:
             folder.parent.mkdir(parents=True, exist_ok=True)
             start = time.time()
             cpu_demo.run("gsm8k_grpo.py", *cpu_demo.grpo_argv(out, folder, seed, args, *VARIANTS[name]),
-                         log=folder.with_suffix(".log"))
+                         log=folder.parent / f"{name}.log")  # not with_suffix: a name may hold a dot (0.1)
             after = cpu_demo.accuracy(folder, out / "rl")
             return {"seed": seed, "sft_start": before["all"], "after": after["all"], "compare": after["compare"],
                     "add": after["add"], "gain": after["all"] - before["all"], "minutes": (time.time() - start) / 60}
