@@ -28,7 +28,7 @@ VARIANTS = {
     "none+dr_grpo": ["--scale_rewards", "none", "--loss_type", "dr_grpo"],  # Dr. GRPO's scaling and loss
     "batch+clip_higher+mask": ["--scale_rewards", "batch", "--epsilon_high", "0.28",  # DAPO's clip-higher and
                                "--mask_truncated_completions", "true"],  # truncated completions left out
-    # the recipes' gradient clip (the original gist's 0.1) against cpu_demo's TRL default 1.0, on the default scaling
+    # the original gist's gradient clip 0.1 (the recipes' before 2026-12-04) against cpu_demo's TRL default 1.0
     "none+max_grad_norm_0.1": ["--scale_rewards", "none", "--max_grad_norm", "0.1"],
 }
 

@@ -79,7 +79,7 @@ def run_summary(training_args, model) -> str:
                       f"AsyncGRPOTrainer, max_staleness {training_args.max_staleness})")
     elif training_args.use_vllm and training_args.vllm_mode == "colocate":  # its share and context, as sized
         generation = (f"vLLM (colocate, {training_args.vllm_gpu_memory_utilization:.2f} of the GPU, context "
-                      f"{training_args.vllm_max_model_length})")
+                      f"{training_args.vllm_max_model_length or 'the model default'})")
     elif training_args.use_vllm:
         generation = f"vLLM ({training_args.vllm_mode})"
     else:

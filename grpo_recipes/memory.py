@@ -47,6 +47,13 @@ LM_HEAD_TILE = (4096, 32768)  # TRL 1.16's fused log-prob head: tokens × vocabu
 CPU_TILE_COPIES = 8  # float32 tiles its torch fallback (no Triton: CPU) keeps live in the backward, measured
 
 
+def key_value_width(model_config) -> int:
+    """Values a token's keys (or values) hold in one layer: key-value heads × head size."""
+    heads = model_config.num_attention_heads
+    head_dim = getattr(model_config, "head_dim", None) or model_config.hidden_size // heads
+    return (getattr(model_config, "num_key_value_heads", None) or heads) * head_dim
+
+
 def estimate_memory(model_config, *, weight_dtype: str, half: bool, use_peft: bool, load_in_4bit: bool, lora_r: int,
                     batch: int, generation_batch: int, prompt: int, completion: int, checkpointing: bool,
                     use_vllm: bool, reference_model: bool = False, sharded: tuple[str, ...] = (), processes: int = 1,
@@ -78,9 +85,7 @@ def estimate_memory(model_config, *, weight_dtype: str, half: bool, use_peft: bo
     base = linear * (0.5 + 4 / 64) + (params - linear) * 2 if load_in_4bit else params * weight_bytes
     trainable, train_bytes = (lora, 4) if use_peft else (params, weight_bytes)
     hidden, layers, vocab = model_config.hidden_size, model_config.num_hidden_layers, model_config.vocab_size
-    heads = model_config.num_attention_heads
-    head_dim = getattr(model_config, "head_dim", None) or hidden // heads
-    kv_width = (getattr(model_config, "num_key_value_heads", None) or heads) * head_dim
+    kv_width = key_value_width(model_config)
     act_bytes = 4 if weight_bytes == 4 and not use_peft else compute_bytes  # float32 weights keep a float32 stream
     tokens = batch * (prompt + completion)
     working_set = tokens * (hidden * 16 + model_config.intermediate_size * 3) * act_bytes
@@ -144,37 +149,38 @@ def memory_options(training_args, model_args, prompt_tokens: int = 256, total: i
                 ddp_buckets=processes > 1 and not sharded)
 
 
-PROMPT_ALLOWANCE = 2048  # tokens a prompt may take in colocated vLLM's context, beside max_completion_length
+PROMPT_ALLOWANCE = 2048  # tokens a prompt may take in a capped vLLM context, beside max_completion_length
 
 
 def size_colocated_vllm(training_args, model_args, total: int | None = None, prompt_tokens: int = 256) -> None:
-    """Colocated vLLM's context and share of the GPU, where the user set neither. Its context: PROMPT_ALLOWANCE +
-    max_completion_length, not the model's own (32,768 for Qwen2.5), one sequence of which vLLM requires its KV cache
-    to hold, beyond a small GPU's share. Its share: the bf16 weights, the KV cache of one generation batch of
-    `prompt_tokens` + max_completion_length tokens, and 1 GiB for its graphs and buffers, of the GPU's `total` bytes
-    (default: this machine's first GPU), rounded up to 0.05 and at least 0.1 (a fixed 0.3 reserves 24 GB for a 3 GB
-    model on 80 GB, and leaves ~1 GB of KV cache on 16 GB). Without CUDA: TRL's 0.3 (vLLM's CPU build sizes its KV
-    cache by VLLM_CPU_KVCACHE_SPACE)."""
-    completion = training_args.max_completion_length
-    if training_args.vllm_max_model_length is None:
-        training_args.vllm_max_model_length = PROMPT_ALLOWANCE + completion
-    if training_args.vllm_gpu_memory_utilization is not None:
-        return
+    """Colocated vLLM's share of the GPU and its context, where the user set neither. Its share: the bf16 weights,
+    the KV cache of one generation batch of `prompt_tokens` + max_completion_length tokens, and 1 GiB for its graphs
+    and buffers, of the GPU's `total` bytes (default: this machine's first GPU), rounded up to 0.05 and at least 0.1
+    (a fixed 0.3 reserves 24 GB for a 3 GB model on 80 GB). Its context stays the model's own unless one sequence of
+    it would not fit that share's KV cache (vLLM then refuses to start: 32,768 tokens of Qwen2.5-1.5B on a 16 GB
+    card's 0.3); only then is it PROMPT_ALLOWANCE + max_completion_length, and a longer prompt needs
+    --vllm_max_model_length. Without CUDA: TRL's 0.3 and the model's context (vLLM's CPU build sizes its KV cache by
+    VLLM_CPU_KVCACHE_SPACE)."""
     if total is None and not torch.cuda.is_available():
-        training_args.vllm_gpu_memory_utilization = 0.3
+        if training_args.vllm_gpu_memory_utilization is None:
+            training_args.vllm_gpu_memory_utilization = 0.3
         return
     from transformers import AutoConfig
 
     total = total or torch.cuda.mem_get_info()[1]
     config = AutoConfig.from_pretrained(model_args.model_name_or_path, revision=model_args.model_revision)
-    heads = config.num_attention_heads
-    kv_width = (getattr(config, "num_key_value_heads", None) or heads) * (getattr(config, "head_dim", None)
-                                                                       or config.hidden_size // heads)
-    sequences = training_args.generation_batch_size or (training_args.per_device_train_batch_size
-                                                        * training_args.gradient_accumulation_steps)
-    needed = (count_parameters(config)[0] * 2 + sequences * (prompt_tokens + completion) * config.num_hidden_layers
-              * 2 * kv_width * 2 + GiB)
-    training_args.vllm_gpu_memory_utilization = min(0.9, max(0.1, math.ceil(needed / total * 20) / 20))
+    completion = training_args.max_completion_length
+    kv_per_token = config.num_hidden_layers * 2 * key_value_width(config) * 2  # keys and values, bf16
+    weights = count_parameters(config)[0] * 2 + GiB
+    if training_args.vllm_gpu_memory_utilization is None:
+        sequences = training_args.generation_batch_size or (training_args.per_device_train_batch_size
+                                                            * training_args.gradient_accumulation_steps)
+        needed = weights + sequences * (prompt_tokens + completion) * kv_per_token
+        training_args.vllm_gpu_memory_utilization = min(0.9, max(0.1, math.ceil(needed / total * 20) / 20))
+    context = getattr(config, "max_position_embeddings", None)
+    kv_room = training_args.vllm_gpu_memory_utilization * total - weights
+    if training_args.vllm_max_model_length is None and context and context * kv_per_token > kv_room:
+        training_args.vllm_max_model_length = min(context, PROMPT_ALLOWANCE + completion)
 
 
 def check_memory(training_args, model_args, prompt_tokens: int = 256, gpu: tuple[int, int] | None = None,

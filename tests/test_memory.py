@@ -184,7 +184,9 @@ def test_a_run_beside_a_vllm_server_on_its_gpu_is_told_the_server_share_that_fit
 @pytest.mark.parametrize("recipe", contract.RECIPES)
 def test_colocated_vllm_is_sized_from_the_gpu_and_the_runs_lengths_unless_given(tmp_path, recipe):
     """vLLM's share covers its weights and one generation batch's KV cache on every card, and no more than that
-    rounded up (a fixed 0.3 held 24 GB for a 3 GB model on 80 GB); its context is the run's, not the model's 32,768."""
+    rounded up (a fixed 0.3 held 24 GB for a 3 GB model on 80 GB). Its context stays the model's where one sequence
+    of it fits that share (32,768 tokens of the 1.5B model everywhere), and is capped at a prompt allowance + the run's
+    completions where it would not (a 131,072-token context on 16 GB, where vLLM would refuse to start)."""
     import importlib
 
     from transformers import AutoConfig
@@ -199,8 +201,16 @@ def test_colocated_vllm_is_sized_from_the_gpu_and_the_runs_lengths_unless_given(
         memory.size_colocated_vllm(args, model_args, total=gigabytes * memory.GiB)
         shares[gigabytes] = args.vllm_gpu_memory_utilization
         assert shares[gigabytes] * gigabytes * memory.GiB > weights + memory.GiB  # room for a KV cache
-        assert args.vllm_max_model_length == memory.PROMPT_ALLOWANCE + args.max_completion_length
+        assert args.vllm_max_model_length is None  # the model's own 32,768 fits
     assert shares[80] == 0.1 and shares[16] > shares[24] > shares[80], shares
+    long_context = tmp_path / "long"
+    AutoConfig.from_pretrained(folder, max_position_embeddings=131072).save_pretrained(long_context)
+    for gigabytes, context in ((16, memory.PROMPT_ALLOWANCE + module.RECIPE_DEFAULTS["max_completion_length"]),
+                               (80, None)):
+        args, model_args = on_a_bf16_gpu(module, ["--model_name_or_path", str(long_context)])
+        args.vllm_gpu_memory_utilization = args.vllm_max_model_length = None
+        memory.size_colocated_vllm(args, model_args, total=gigabytes * memory.GiB)
+        assert args.vllm_max_model_length == context, gigabytes
     args, model_args = on_a_bf16_gpu(module, ["--model_name_or_path", folder, "--vllm_gpu_memory_utilization", "0.5",
                                               "--vllm_max_model_length", "8192"])
     assert (args.vllm_gpu_memory_utilization, args.vllm_max_model_length) == (0.5, 8192)  # given: kept
