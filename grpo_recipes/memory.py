@@ -157,8 +157,8 @@ def size_colocated_vllm(training_args, model_args, total: int | None = None, pro
     the KV cache of one generation batch of `prompt_tokens` + max_completion_length tokens, and 1 GiB for its graphs
     and buffers, of the GPU's `total` bytes (default: this machine's first GPU), rounded up to 0.05 and at least 0.1
     (a fixed 0.3 reserves 24 GB for a 3 GB model on 80 GB). Its context stays the model's own unless one sequence of
-    it would not fit that share's KV cache (vLLM then refuses to start: 32,768 tokens of Qwen2.5-1.5B on a 16 GB
-    card's 0.3); only then is it PROMPT_ALLOWANCE + max_completion_length, and a longer prompt needs
+    it would not fit that share's KV cache, by this arithmetic (vLLM then refuses to start: a 131,072-token context of
+    the 1.5B shape on 16 GB); only then is it PROMPT_ALLOWANCE + max_completion_length, and a longer prompt needs
     --vllm_max_model_length. Without CUDA: TRL's 0.3 and the model's context (vLLM's CPU build sizes its KV cache by
     VLLM_CPU_KVCACHE_SPACE)."""
     if total is None and not torch.cuda.is_available():
