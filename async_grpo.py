@@ -60,7 +60,7 @@ from trl.experimental.async_grpo import AsyncGRPOConfig, AsyncGRPOTrainer
 import rewards
 from grpo_recipes import contract, data, options, training, trl_patches
 from grpo_recipes.configs import default_precision
-from grpo_recipes.logs import logger
+from grpo_recipes.console import logger
 from grpo_recipes.ranges import check_ranges
 from grpo_recipes.refusal import Refusal, run_script
 

@@ -24,13 +24,12 @@ import re
 from dataclasses import dataclass
 
 from datasets import Dataset
-from trl import GRPOTrainer, get_peft_config, get_quantization_config
 
 import rewards
-from grpo_recipes import data, options, training
+from grpo_recipes import data, options
 from grpo_recipes.contract import Setup
 from grpo_recipes.function_tester import FunctionTester
-from grpo_recipes.logs import logger
+from grpo_recipes.console import logger
 from grpo_recipes.options import arg
 from grpo_recipes.refusal import run_script
 from grpo_recipes.sandbox import ENGINES
@@ -301,8 +300,9 @@ def tests_passed_reward(completions, tests, setup, entry_point, shown_examples, 
     Gaming it: the tests run in another sandbox than the code, and each call of the function hands back plain data
     only, so printing what a harness prints, exiting before or between tests, objects with a permissive __eq__,
     __hash__ or __repr__, patched builtins or comparisons, and reading the tests' source, frames or memory earn
-    nothing; each test gets a fresh process and directory (no file or state reaches a later test), and hanging or
-    flooding runs out that test's time or output, and a program's tests have twice one test's time in all. Returning
+    nothing; a test after a failed one gets a fresh process and directory (nothing a failed test left reaches a
+    later one), and hanging or flooding runs out that test's time or output, and a program's tests have twice one
+    test's time in all. Returning
     a constant (False passes 13% of HumanEval's tests), echoing the input or looking up the prompt's own examples
     earns nothing above b. What is left: the tests are the specification (weak tests pass wrong code), a lookup
     table of examples the parser does not read (HumanEval's "Input:/Output:" blocks) mixed with a constant, and
@@ -368,7 +368,13 @@ def setup(script_args: ScriptArguments) -> Setup:
 # Pre-flight checks that fail in one line before any model is loaded, the test sandboxes, then TRL's `GRPOTrainer`.
 
 # %%
-def main(argv: list[str] | None = None) -> GRPOTrainer:
+def main(argv: list[str] | None = None):
+    # The trainer's imports are here, not at the top: evaluate.py reads this file's prompt, data and rubric without
+    # loading torch and TRL's trainer, seconds of start-up a user checking an environment against an API never needs.
+    from trl import GRPOTrainer, get_peft_config, get_quantization_config
+
+    from grpo_recipes import training
+
     script_args, training_args, model_args = options.parse_args(ScriptArguments, RECIPE_DEFAULTS, argv)
     task = setup(script_args)  # the rubric, its test sandboxes from the flags
     tokenizer = training.prepare(training_args, model_args, task)  # one-line checks, then the test sandboxes start

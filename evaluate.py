@@ -30,12 +30,10 @@ from pathlib import Path
 
 from openai import APIConnectionError, APIResponseValidationError, APIStatusError, OpenAI
 from tqdm import tqdm
-from transformers import HfArgumentParser
-from transformers.utils import get_json_schema
 
 import rewards
 from grpo_recipes import contract
-from grpo_recipes.logs import quiet_bars_when_redirected, quiet_noise
+from grpo_recipes.console import quiet_bars_when_redirected, quiet_noise
 from grpo_recipes.refusal import Refusal, run_script
 
 
@@ -82,6 +80,8 @@ def check_options(args: argparse.Namespace) -> None:
 
 def recipe_arguments(recipe, argv: list[str]):
     """The recipe's ScriptArguments from the flags evaluate.py does not know; a flag neither knows is one line."""
+    from transformers import HfArgumentParser  # here, not at the top: --help waits on nothing it does not use
+
     parser = HfArgumentParser(recipe.ScriptArguments, allow_abbrev=False)
     script_args, unknown = parser.parse_args_into_dataclasses(argv, return_remaining_strings=True)
     if unknown:
@@ -107,7 +107,7 @@ def rollout(client, args, environment_factory, example: dict, max_turns: int) ->
     if environment is not None:
         environment.reset(**example)
     tools = {f.__name__: f for f in contract.environment_tools(environment)} if environment is not None else {}
-    schemas = [get_json_schema(f) for f in tools.values()] or None
+    schemas = tool_schemas(tools)
     messages, completion, usage = list(example["prompt"]), [], {"prompt_tokens": 0, "completion_tokens": 0}
     sent = []  # the conversation as the API takes it back: a tool call's arguments as the JSON string it returned
     try:
@@ -135,8 +135,16 @@ def rollout(client, args, environment_factory, example: dict, max_turns: int) ->
         error = None
     except Exception as err:  # noqa: BLE001 - counted and reported; one failed rollout never ends the run
         error = api_error(err, args.base_url)
-    return {"prompt": messages, "completion": completion, "usage": usage, "error": error,
-            "tools": [get_json_schema(f) for f in tools.values()]}
+    return {"prompt": messages, "completion": completion, "usage": usage, "error": error, "tools": schemas or []}
+
+
+def tool_schemas(tools: dict) -> list[dict] | None:
+    """The tools' JSON schemas as TRL builds them (transformers' get_json_schema), or None without tools."""
+    if not tools:
+        return None
+    from transformers.utils import get_json_schema
+
+    return [get_json_schema(f) for f in tools.values()]
 
 
 class NotACompletion(ValueError):

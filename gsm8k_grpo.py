@@ -13,10 +13,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from datasets import Dataset
-from trl import GRPOTrainer, get_peft_config, get_quantization_config
 
 import rewards
-from grpo_recipes import data, options, training
+from grpo_recipes import data, options
 from grpo_recipes.contract import Setup
 from grpo_recipes.options import arg
 from grpo_recipes.refusal import run_script
@@ -197,7 +196,13 @@ def setup(script_args: ScriptArguments) -> Setup:
 # (Ctrl-C prints the command that resumes), saves the model and plots the rewards.
 
 # %%
-def main(argv: list[str] | None = None) -> GRPOTrainer:
+def main(argv: list[str] | None = None):
+    # The trainer's imports are here, not at the top: evaluate.py reads this file's prompt, data and rubric without
+    # loading torch and TRL's trainer, seconds of start-up a user checking an environment against an API never needs.
+    from trl import GRPOTrainer, get_peft_config, get_quantization_config
+
+    from grpo_recipes import training
+
     script_args, training_args, model_args = options.parse_args(ScriptArguments, RECIPE_DEFAULTS, argv)
     task = setup(script_args)  # the rubric this run trains with
     tokenizer = training.prepare(training_args, model_args, task)  # one-line checks before anything loads

@@ -268,7 +268,7 @@ def warm_start(model_dir: str | Path, out_dir: str | Path, conversations: list[d
     from transformers.utils import get_json_schema
     from trl import SFTConfig, SFTTrainer
 
-    from grpo_recipes.logs import redirected
+    from grpo_recipes.console import redirected
 
     schemas = json.dumps([get_json_schema(tool) for tool in tools])
     dataset = Dataset.from_list([{**c, "tools": schemas} for c in conversations])
@@ -354,7 +354,7 @@ def main(argv: list[str] | None = None) -> None:
     import search_agent_grpo
     import tool_use_grpo
     from grpo_recipes.contract import environment_tools
-    from grpo_recipes.logs import quiet_bars_when_redirected
+    from grpo_recipes.console import quiet_bars_when_redirected
 
     quiet_bars_when_redirected()  # into a file: the warm starts' log lines, without their bars' frames
     out = Path(args.out_dir)

@@ -21,15 +21,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import bm25s
-from accelerate import PartialState
 from datasets import Dataset, concatenate_datasets
 from openai import OpenAI
-from trl import GRPOTrainer, get_peft_config, get_quantization_config
 
 import rewards
-from grpo_recipes import data, options, training
+from grpo_recipes import data, options
 from grpo_recipes.contract import Setup
-from grpo_recipes.logs import logger
+from grpo_recipes.console import logger
 from grpo_recipes.options import arg
 from grpo_recipes.refusal import Refusal, run_script
 
@@ -163,6 +161,8 @@ class SearchIndex:
             corpus = build_corpus(self.corpus_path)
             digest = hashlib.sha256(json.dumps(corpus, sort_keys=True).encode()).hexdigest()[:16]
             self.path = Path(self.index_dir) / digest
+            from accelerate import PartialState  # here: it loads torch, which evaluate.py does not need
+
             with PartialState().main_process_first():
                 self.rebuilt = not (self.path / "params.index.json").exists()
                 if self.rebuilt:
@@ -352,7 +352,13 @@ def setup(script_args: ScriptArguments) -> Setup:
 # The shared pre-flight checks (tool-call template included), then TRL's `GRPOTrainer` with the tools.
 
 # %%
-def main(argv: list[str] | None = None) -> GRPOTrainer:
+def main(argv: list[str] | None = None):
+    # The trainer's imports are here, not at the top: evaluate.py reads this file's prompt, data and rubric without
+    # loading torch and TRL's trainer, seconds of start-up a user checking an environment against an API never needs.
+    from trl import GRPOTrainer, get_peft_config, get_quantization_config
+
+    from grpo_recipes import training
+
     script_args, training_args, model_args = options.parse_args(ScriptArguments, RECIPE_DEFAULTS, argv)
     task = setup(script_args)  # the rubric, and search and read (through the reader with --reader_base_url)
     tokenizer = training.prepare(training_args, model_args, task)  # one-line checks, then the index loads

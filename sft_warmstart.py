@@ -24,8 +24,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl import SFTConfig, SFTTrainer, get_peft_config
 
 import rewards
-from grpo_recipes import configs, contract, data, logs, options, output_dir, preflight, ranges, training
-from grpo_recipes.logs import logger
+from grpo_recipes import configs, console, contract, data, logs, options, output_dir, preflight, ranges, training
+from grpo_recipes.console import logger
 from grpo_recipes.options import arg
 from grpo_recipes.refusal import Refusal, run_script
 
@@ -153,7 +153,7 @@ def _message(message: dict) -> dict:
 def main(argv: list[str] | None = None) -> Path:
     script_args, training_args, model_args = options.parse_args(ScriptArguments, RECIPE_DEFAULTS, argv,
                                                                 config_class=RecipeSFTConfig)
-    logs.setup_logging()
+    console.setup_logging()
     recipe = contract.load_recipe(script_args.recipe)
     output_dir.prepare_output_dir(training_args)
     preflight.check_model_source(model_args.model_name_or_path)

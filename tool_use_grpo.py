@@ -19,12 +19,10 @@ import functools
 from dataclasses import dataclass
 
 from datasets import Dataset
-from transformers import TrainerCallback
-from trl import GRPOTrainer, get_peft_config, get_quantization_config
 
 import rewards
-from grpo_recipes import data, options, training
-from grpo_recipes.contract import Setup
+from grpo_recipes import data, options
+from grpo_recipes.contract import Setup, StepHooks
 from grpo_recipes.options import arg
 from grpo_recipes.refusal import Refusal, run_script
 from grpo_recipes.sandbox import ENGINES, PRELOAD, SCIENTIFIC, SCIENTIFIC_WARMUP, Sandbox, SandboxUnavailable
@@ -132,7 +130,7 @@ def build_dataset(split: str = "train", dataset_path: str | None = None, dataset
 # Landlock, seccomp, resource limits); a crash, a hang, a fork bomb or an escape attempt becomes an error string.
 
 # %%
-class ToolTimeBudget(TrainerCallback):
+class ToolTimeBudget(StepHooks):
     """Seconds of tool time one training step, or one evaluation batch, may spend, in equal shares per rollout: TRL
     runs sync tools one after another, so a young policy's infinite loops would stall the step for minutes, and one
     rollout's 31 loops in a turn would spend every other rollout's time. A rollout past its share gets an error at
@@ -244,7 +242,13 @@ def setup(script_args: ScriptArguments) -> Setup:
 # wrote, never on what the interpreter printed. The budget callback resets each step.
 
 # %%
-def main(argv: list[str] | None = None) -> GRPOTrainer:
+def main(argv: list[str] | None = None):
+    # The trainer's imports are here, not at the top: evaluate.py reads this file's prompt, data and rubric without
+    # loading torch and TRL's trainer, seconds of start-up a user checking an environment against an API never needs.
+    from trl import GRPOTrainer, get_peft_config, get_quantization_config
+
+    from grpo_recipes import training
+
     script_args, training_args, model_args = options.parse_args(ScriptArguments, RECIPE_DEFAULTS, argv)
     task = setup(script_args)  # the rubric, and the sandboxed interpreter from the flags
     tokenizer = training.prepare(training_args, model_args, task)  # one-line checks, then the sandbox starts
@@ -264,7 +268,7 @@ def main(argv: list[str] | None = None) -> GRPOTrainer:
         peft_config=get_peft_config(model_args),  # LoRA with --use_peft (the default here), else None
         quantization_config=get_quantization_config(model_args),  # --load_in_4bit / --load_in_8bit
         environment_factory=task.environment_factory,  # one PythonInterpreter (one share of tool time) per rollout
-        callbacks=task.callbacks,  # the tool-time budget, reset each step
+        callbacks=training.trainer_callbacks(task.callbacks),  # the tool-time budget, reset each step
     )
     return training.run(trainer)
 

@@ -1,21 +1,17 @@
-"""Latency of sandbox.Sandbox, with every isolation mechanism this machine has, against a fresh `python -c` per call.
+"""Latency of sandbox.Sandbox, with every isolation mechanism this machine has, against a plain subprocess.run a call.
 
     python benchmarks/bench_sandbox.py [--calls 200]
 
-The baseline gets less isolation than the sandbox, not more: its own session, CPU/memory/file-size/process limits, a
-fresh temporary directory, a scrubbed environment and an empty network namespace (where allowed), but no mount or PID
-namespace, no Landlock and no seccomp. Prints the protections in force, calls/second and p50/p95/p99 latency for both,
-a call that imports sympy, what a hostile call (a timeout, a 4,096-file flood, a memory bomb) costs the next call, and
-the recipe's own tool (tool_use_grpo's python, one rollout's interpreter) in a process that also holds what a trainer
-does (torch, TRL, a model that has run a forward pass), beside a fresh `python -c` measured in the same run, with
-bubblewrap and with engine="landlock".
+The baseline is what a user would write instead: `subprocess.run([python, "-I", "-c", runner], input=code,
+timeout=...)` from the same process, in a fresh temporary directory, which Python starts without a full fork (no
+preexec_fn). It isolates nothing: no limits, no namespaces, no Landlock, no seccomp. Prints the protections in
+force, calls/second and p50/p95/p99 latency for both and their ratio, a call that imports sympy, what a hostile call
+(a timeout, a 4,096-file flood, a memory bomb) costs the next call, and the recipe's own tool (tool_use_grpo's python,
+one rollout's interpreter) in a process that also holds what a trainer does (torch, TRL, a model that has run a
+forward pass), beside the same baseline started from that process, with bubblewrap and with engine="landlock".
 """
 
 import argparse
-import ctypes
-import os
-import resource
-import shutil
 import statistics
 import subprocess
 import sys
@@ -25,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from grpo_recipes import confinement, sandbox  # noqa: E402
+from grpo_recipes import sandbox  # noqa: E402
 
 CALLS = ["print(17 * 23 + 4)", "x = [i * i for i in range(100)]\nsum(x)", "import math\nmath.comb(30, 12)",
          "from fractions import Fraction\nFraction(3, 4) + Fraction(5, 6)", "1 / 0"]
@@ -37,26 +33,19 @@ RUNNER = ("import ast, sys\ncode = sys.stdin.read()\ntree = ast.parse(code)\n"
           "except BaseException as e:\n    print('Error:', type(e).__name__, e)\n")
 
 
-def fresh_process_call(code: str, timeout: float = 5.0) -> str:
-    workdir = tempfile.mkdtemp(prefix="bench-sandbox-")
-
-    def lock_down():
-        os.setsid()
-        ctypes.CDLL(None).unshare(confinement.CLONE_NEWNET | (0 if os.geteuid() == 0 else confinement.CLONE_NEWUSER))
-        for limit, value in ((resource.RLIMIT_CPU, int(timeout) + 1), (resource.RLIMIT_AS, 1024 ** 3),
-                             (resource.RLIMIT_FSIZE, 16 * 1024 ** 2), (resource.RLIMIT_NPROC, 0)):
-            resource.setrlimit(limit, (value, value))
-
-    try:
-        proc = subprocess.run([sys.executable, "-I", "-c", RUNNER], input=code, capture_output=True, text=True,
-                              timeout=timeout, cwd=workdir, env={**confinement.SAFE_ENV, "HOME": workdir},
-                              preexec_fn=lock_down, check=False)
+def plain_subprocess_call(code: str, timeout: float = 5.0) -> str:
+    """The baseline: a fresh `python -I -c` per call through a plain subprocess.run, in a fresh directory."""
+    with tempfile.TemporaryDirectory(prefix="bench-sandbox-") as workdir:
+        try:
+            proc = subprocess.run([sys.executable, "-I", "-c", RUNNER], input=code, capture_output=True, text=True,
+                                  timeout=timeout, cwd=workdir, check=False)
+        except subprocess.TimeoutExpired:
+            return f"Error: timed out after {timeout:g} s"
         return proc.stdout[:2000].strip()
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
 
 
-def measure(name: str, call, n: int) -> None:
+def measure(name: str, call, n: int) -> float:
+    """Prints the call's rate and latencies; returns its p50 in ms."""
     latencies = []
     start = time.perf_counter()
     for i in range(n):
@@ -67,6 +56,7 @@ def measure(name: str, call, n: int) -> None:
     cuts = statistics.quantiles(latencies, n=100)
     print(f"{name:>28}: {n / seconds:7.1f} calls/s   p50 {statistics.median(latencies):6.1f} ms   p95 {cuts[94]:6.1f} "
           f"ms   p99 {cuts[98]:6.1f} ms")
+    return statistics.median(latencies)
 
 
 def main() -> None:
@@ -81,12 +71,13 @@ def main() -> None:
     start = time.perf_counter()
     recipe.start()
     print(f"the recipe's zygote (numpy, sympy, warm-up) starts in {time.perf_counter() - start:.2f} s (once)")
-    assert light.run("6 * 7") == recipe.run("6 * 7") == fresh_process_call("6 * 7") == "42"
-    measure("fresh `python -c` per call", fresh_process_call, args.calls)
-    measure("Sandbox(), stdlib preloaded", light.run, args.calls)
+    assert light.run("6 * 7") == recipe.run("6 * 7") == plain_subprocess_call("6 * 7") == "42"
+    plain = measure("plain subprocess.run per call", plain_subprocess_call, args.calls)
+    sandboxed = measure("Sandbox(), stdlib preloaded", light.run, args.calls)
     measure("Sandbox(+numpy, sympy)", recipe.run, args.calls)
+    print(f"{'Sandbox() / plain subprocess.run':>34}: {sandboxed / plain:.2f}x at p50")
     sympy_call = "import sympy\nsympy.factorint(360)"
-    for name, call in (("fresh `python -c`, sympy call", fresh_process_call),
+    for name, call in (("plain subprocess, sympy call", plain_subprocess_call),
                        ("Sandbox(+sympy), sympy call", recipe.run)):
         latencies = [1000 * _timed(call, sympy_call) for _ in range(10)]
         print(f"{name:>28}: p50 {statistics.median(latencies):6.1f} ms (10 calls)")
@@ -120,8 +111,9 @@ def in_a_trainer_process(calls: int) -> None:
         tool = task.environment_factory()
         print(tool.sandbox.describe())
         tool.reset()
-        measure(f"recipe's tool ({engine})", tool.python, calls)
-        measure("fresh `python -c` per call", fresh_process_call, calls)
+        tool_p50 = measure(f"recipe's tool ({engine})", tool.python, calls)
+        plain_p50 = measure("plain subprocess.run per call", plain_subprocess_call, calls)
+        print(f"{f'tool ({engine}) / plain subprocess.run':>34}: {tool_p50 / plain_p50:.2f}x at p50")
         tool.sandbox.close()
 
 

@@ -282,7 +282,7 @@ def held_out(recipe, model: Path, args, out: Path, useless: bool = False) -> dic
     episode scored by evaluate.py with the recipe's rubric."""
     import evaluate
     import rewards
-    from grpo_recipes import contract, options
+    from grpo_recipes import contract, options, training
     from transformers import AutoTokenizer
     from trl import GRPOTrainer
 
@@ -299,7 +299,8 @@ def held_out(recipe, model: Path, args, out: Path, useless: bool = False) -> dic
     tokenizer = AutoTokenizer.from_pretrained(model, padding_side="left")
     trainer = GRPOTrainer(model=str(model), reward_funcs=[*task.reward_funcs, recorder], args=training_args,
                           train_dataset=test, eval_dataset=test, processing_class=tokenizer,
-                          environment_factory=task.environment_factory, callbacks=task.callbacks)
+                          environment_factory=task.environment_factory,
+                          callbacks=training.trainer_callbacks(task.callbacks))
     metrics = trainer.evaluate()
     rows = recorder.rows
     evaluate.score(task, rows, [{key: row[key] for key in ("prompt", "answer", "supporting_titles")

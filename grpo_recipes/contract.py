@@ -47,7 +47,7 @@ class Setup:
     reward_funcs: list
     reward_weights: list[float]
     environment_factory: Callable | None = None  # a tool recipe: makes one environment per rollout
-    callbacks: list = field(default_factory=list)  # trainer callbacks its tools need (tool_use_grpo's time budget)
+    callbacks: list = field(default_factory=list)  # StepHooks its tools need (tool_use_grpo's time budget)
     services: list = field(default_factory=list)
 
     def start(self) -> None:
@@ -55,6 +55,30 @@ class Setup:
         for service in self.services:
             service.start()
             logger.info(service.describe())
+
+
+class StepHooks:
+    """The trainer's events that a recipe's own state follows (tool_use_grpo's tool-time budget), as transformers'
+    TrainerCallback names them, without importing transformers (its Trainer loads torch: evaluate.py builds a recipe's
+    Setup without it). A subclass overrides the ones it needs; `training.trainer_callbacks` hands them to a trainer."""
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        pass
+
+    def on_train_end(self, args, state, control, **kwargs):
+        pass
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        pass
+
+    def on_step_end(self, args, state, control, **kwargs):
+        pass
+
+    def on_prediction_step(self, args, state, control, **kwargs):
+        pass
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        pass
 
 
 def environment_tools(environment) -> list:

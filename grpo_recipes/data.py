@@ -4,19 +4,28 @@ and line number) rather than a traceback."""
 
 import json
 import logging
+from functools import lru_cache
 from pathlib import Path
 
 import datasets
 import huggingface_hub
 from datasets import Dataset, load_dataset
 from datasets.data_files import EmptyDatasetError, get_data_patterns, resolve_pattern
-from trl import GRPOConfig
 
-from grpo_recipes.logs import logger
-from grpo_recipes.preflight import hub_reachable
+from grpo_recipes.console import logger
 from grpo_recipes.refusal import Refusal
 
 LOCAL_FORMATS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
+
+
+@lru_cache(maxsize=1)
+def hub_reachable() -> bool:
+    """Whether the Hugging Face Hub answers within 5 seconds (its client would retry for about a minute)."""
+    try:
+        huggingface_hub.utils.get_session().head(huggingface_hub.constants.ENDPOINT, timeout=5)
+        return True
+    except Exception:  # noqa: BLE001 - any failure to get an answer means: not reachable from here
+        return False
 
 
 def load_split(split: str, dataset_path: str | None, name: str | None = None, config: str | None = None) -> Dataset:
@@ -110,7 +119,7 @@ def first_bad_json_line(dataset_path: str) -> str | None:
     return None
 
 
-def load_splits(build, training_args: GRPOConfig, dataset_path: str | None,
+def load_splits(build, training_args, dataset_path: str | None,
                 num_eval_examples: int) -> tuple[Dataset, Dataset | None]:
     """`build("train", dataset_path)`, and `build("test", dataset_path)` cut to num_eval_examples when evaluating; a
     missing path, a one-file dataset asked to evaluate, or a missing column or split exits in one line."""

@@ -1,69 +1,18 @@
-"""What a run reports: its log lines (ours on rank 0, library noise filtered, no progress-bar frames in a file), one
+"""What a run reports (its console lines: console.py): one
 compact line per logging step, the rubric and the run in one line each, completions as plain text, and the curves it
 saves (training_curves.png)."""
 
 import json
-import logging
 import math
-import os
-import re
-import sys
-import warnings
 from pathlib import Path
 
-import datasets
-import huggingface_hub
 import torch
 from tqdm.auto import tqdm
 from transformers import PrinterCallback, ProgressCallback, TrainerCallback
 
 import rewards
 
-logger = logging.getLogger("grpo-recipes")
 PLOT_FILE = "training_curves.png"
-
-
-def setup_logging() -> None:
-    """Our INFO lines on rank 0 only; library warnings that repeat the same internal notice every run, filtered."""
-    rank = int(os.environ.get("RANK", "0"))
-    logging.basicConfig(level=logging.INFO if rank == 0 else logging.WARNING, format="%(name)s: %(message)s")
-    quiet_noise()
-    for handler in logging.getLogger("transformers").handlers:  # where every transformers.* logger writes
-        handler.addFilter(lambda record: not any(re.search(noise, record.getMessage()) for noise in NOISE))
-
-
-# Notices a user can do nothing about, repeated every run: TRL and transformers calling each other's deprecated
-# names (TRL's own default sets the old `gradient_checkpointing`), and the checkpoint rotation's note on file times.
-NOISE = [r"`is_gradient_checkpointing` is deprecated", r"`gradient_checkpointing(_kwargs)?` is deprecated",
-         r"mtime may not be reliable",
-         # TRL's async trainer adds two StepIntervalCallbacks on purpose (weight sync, metrics); transformers warns
-         r"StepIntervalCallback'> to the callbacks of this Trainer, but there is already one"]
-
-
-def quiet_noise() -> None:
-    for noise in NOISE:
-        warnings.filterwarnings("ignore", message=noise)
-    # datasets cannot hash a recipe's lambda for its cache key, and says so at length, every run
-    logging.getLogger("datasets.fingerprint").setLevel(logging.ERROR)
-
-
-def redirected() -> bool:
-    """Whether stderr goes to a file or a pipe, not a terminal nor a notebook: progress bars there are escape codes."""
-    return not sys.stderr.isatty() and "ipykernel" not in sys.modules
-
-
-def quiet_bars_when_redirected(training_args=None, given: set[str] = frozenset()) -> None:
-    """Redirected: no progress bars from datasets, transformers or the Hub, and the trainer prints one compact line
-    per logging step instead of its bar (unless --disable_tqdm was given)."""
-    if not redirected():
-        return
-    import transformers
-
-    datasets.disable_progress_bars()
-    transformers.utils.logging.disable_progress_bar()
-    huggingface_hub.utils.disable_progress_bars()
-    if training_args is not None and "disable_tqdm" not in given:
-        training_args.disable_tqdm = True
 
 
 def run_summary(training_args, model) -> str:

@@ -20,8 +20,7 @@ from pathlib import Path
 import yaml
 from trl import ModelConfig, TrlParser
 
-from grpo_recipes.configs import RecipeGRPOConfig, apply_dependent_defaults
-from grpo_recipes.logs import logger, quiet_bars_when_redirected, quiet_noise
+from grpo_recipes.console import logger, quiet_bars_when_redirected, quiet_noise
 from grpo_recipes.output_dir import run_identity
 from grpo_recipes.ranges import check_ranges
 from grpo_recipes.refusal import Refusal
@@ -81,7 +80,7 @@ class RecipeParser(TrlParser):
         return {action.dest for action in self._actions}
 
 
-def parse_args(script_arguments, defaults: dict, argv: list[str] | None = None, config_class=RecipeGRPOConfig,
+def parse_args(script_arguments, defaults: dict, argv: list[str] | None = None, config_class=None,
                ignore_keys: dict[str, str] | None = None):
     """(script_args, training_args, model_args): the command line over a --config YAML over the recipe's defaults.
 
@@ -89,7 +88,13 @@ def parse_args(script_arguments, defaults: dict, argv: list[str] | None = None, 
     misshapen --config end in one line with the nearest valid name; flags are never matched by prefix (`--learning_rat`
     is not `--learning_rate`). A relative path in a config file is relative to that file (config_paths). --help shows
     the recipe's own options and the ones it sets; --help_all every option. ignore_keys: config keys this trainer
-    drops, each with the reason it logs (async_grpo.py: the eval loop's)."""
+    drops, each with the reason it logs (async_grpo.py: the eval loop's). config_class: RecipeGRPOConfig unless
+    given."""
+    # Here, not at the top: a recipe imports this module for `arg` and `on_colab`, and evaluate.py imports a recipe
+    # without torch (the config classes load it).
+    from grpo_recipes.configs import RecipeGRPOConfig, apply_dependent_defaults
+
+    config_class = config_class or RecipeGRPOConfig
     quiet_noise()  # the config classes warn while they are built
     recipe = recipe_name(script_arguments)
     parser = RecipeParser((script_arguments, config_class, ModelConfig), recipe, ignore_keys)

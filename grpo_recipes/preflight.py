@@ -14,7 +14,6 @@ import logging
 import os
 import shlex
 import sys
-from functools import lru_cache
 from pathlib import Path
 
 import huggingface_hub
@@ -22,6 +21,7 @@ import torch
 from trl import GRPOConfig, ModelConfig
 from trl.chat_template_utils import add_response_schema, supports_tool_calling
 
+from grpo_recipes.data import hub_reachable
 from grpo_recipes.refusal import Refusal
 
 logger = logging.getLogger("grpo-recipes")
@@ -182,16 +182,6 @@ def check_thinking_template(tokenizer, model_name: str, thinking: bool | None,
         logger.warning(f"{model_name} thinks before it answers, in at most max_completion_length "
                        f"{max_completion_length} tokens: a completion cut inside <think> has no answer and scores 0 "
                        f"(no gradient). Pass --max_completion_length {THINKING_TOKENS} or more, or --thinking false.")
-
-
-@lru_cache(maxsize=1)
-def hub_reachable() -> bool:
-    """Whether the Hugging Face Hub answers within 5 seconds (its client would retry for about a minute)."""
-    try:
-        huggingface_hub.utils.get_session().head(huggingface_hub.constants.ENDPOINT, timeout=5)
-        return True
-    except Exception:  # noqa: BLE001 - any failure to get an answer means: not reachable from here
-        return False
 
 
 OFFLINE_HINT = "run offline with HF_HUB_OFFLINE=1 and a cached or local model (`python offline.py` builds a CPU kit)"

@@ -6,12 +6,10 @@ import math
 import os
 import re
 
-from trl import GRPOConfig
-
 from grpo_recipes.refusal import Refusal
 
 
-def check_batch_divisibility(args: GRPOConfig) -> None:
+def check_batch_divisibility(args) -> None:
     """Say in one line how to fix a batch that TRL would reject, naming the smallest working batch size."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     batch, n = args.per_device_train_batch_size, args.num_generations

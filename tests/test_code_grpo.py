@@ -434,3 +434,10 @@ def test_evaluate_scores_code_with_the_tests_and_reports_pass_at_k(server, code_
     names = {rewards.reward_name(f) for f in code_grpo.setup(code_grpo.ScriptArguments()).reward_funcs}
     assert len(saved) == 6 and set(saved[0]["scores"]) == names
     assert "pass@1" in printed and "pass@3" in printed and "lenient accuracy" not in printed  # no gold answer here
+
+
+def test_the_readme_rubric_table_is_the_recipe_rubric():
+    from conftest import ROOT
+
+    task = code_grpo.setup(code_grpo.ScriptArguments())  # builds the rubric; starts no sandbox
+    assert rewards.rubric_table(task.reward_funcs, task.reward_weights) in (ROOT / "README.md").read_text()

@@ -122,3 +122,24 @@ def test_every_public_name_of_the_library_is_used_outside_the_tests():
                        *(used_names(notebook_code(recipe)) for recipe in [*contract.RECIPES, "sft_warmstart"]))
     unused = {module: sorted(public_names(PACKAGE / f"{module}.py") - used) for module in MODULES}
     assert {module: names for module, names in unused.items() if names} == {}
+
+
+def test_evaluate_and_every_recipe_load_without_torch_or_trls_trainer():
+    """evaluate.py reads a recipe's prompt, data and rubric (and builds its tools) before its first request: none of
+    that needs torch, which costs seconds of start-up (benchmarks/bench_evaluate.py)."""
+    import subprocess
+    import sys
+
+    probe = ("import sys, evaluate\nfrom grpo_recipes import contract\n"
+             "for name in contract.RECIPES:\n"
+             "    recipe = contract.load_recipe(name)\n"
+             "    contract.checked_setup(recipe, recipe.ScriptArguments())\n"
+             "heavy = ('torch', 'trl.trainer.grpo_trainer', 'transformers.trainer')\n"
+             "print(sorted(module for module in heavy if module in sys.modules))")
+    found = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert found.stdout.strip() == "[]", found.stdout + found.stderr[-2000:]
+    helped = subprocess.run([sys.executable, "-X", "importtime", "evaluate.py", "--help"], cwd=ROOT,
+                            capture_output=True, text=True, check=True)
+    assert "usage: evaluate.py" in helped.stdout
+    assert not [line for line in helped.stderr.splitlines() if line.rstrip().endswith(("| torch", "| transformers",
+                                                                                       "| datasets"))]

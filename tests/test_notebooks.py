@@ -23,11 +23,25 @@ import build  # noqa: E402  (notebooks/build.py)
 LOADED = """
 import json, sys
 sys.path.insert(0, sys.argv[1])
-import importlib
+import ast, importlib
 for name in sys.argv[2:]:
     importlib.import_module(name)
 import grpo_recipes.notebook  # the notebook's own cells import it
 root = sys.argv[1].rstrip("/") + "/"
+done = set()
+def ours(module):  # a script beside the recipes, or a module of the package (not the .venv's)
+    file = getattr(module, "__file__", None) or ""
+    return file.startswith(root) and "/" not in file.removeprefix(root).removeprefix("grpo_recipes/")
+while todo := [m for m in list(sys.modules.values()) if ours(m) and m.__name__ not in done]:
+    # and what our modules' functions import when they run (a recipe's main() imports the trainer's modules)
+    for module in todo:
+        done.add(module.__name__)
+        for node in ast.walk(ast.parse(open(module.__file__).read())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("grpo_recipes") and not node.level:
+                importlib.import_module(node.module)
+                if node.module == "grpo_recipes":
+                    for alias in node.names:
+                        importlib.import_module(f"grpo_recipes.{alias.name}")
 files = [m.__file__[len(root):] for m in list(sys.modules.values())
          if (getattr(m, "__file__", None) or "").startswith(root)]
 print(json.dumps(sorted(f for f in files if "/" not in f or f.startswith("grpo_recipes/"))))
