@@ -4,14 +4,16 @@
 
 The recipe runs through its own entry point (`gsm8k_grpo.main`: the pre-flight checks, the compact logs, the run
 summary, the saved model and curves); the bare trainer is what a user would write instead: `GRPOTrainer(model,
-reward_funcs, args, train_dataset)` and `train()`, with the GRPOConfig the recipe's options resolve to and the
-recipe's own dataset and reward functions. Each runs in a process of its own on the offline kit's tiny model, the two
-interleaved round by round. Prints each run's seconds per step (TRL's train_runtime over its steps), its time from
-the process's start to the end of its first step, and the process's CPU seconds, then the median ratios.
+reward_funcs, args, train_dataset)` and `train()`, with the GRPOConfig the recipe's options resolve to, the recipe's
+own dataset and reward functions, and the config's thread count (its `env:` block). Each runs in a process of its own
+on the offline kit's tiny model, the two interleaved round by round. Prints each run's seconds per step (TRL's
+train_runtime over its steps), its time from the process's start to the end of its first step, and the process's CPU
+seconds, then the median ratios.
 """
 
 import argparse
 import json
+import os
 import resource
 import statistics
 import subprocess
@@ -30,6 +32,7 @@ STARTED = time.monotonic()
 def run_one(kind: str, kit: Path, steps: int, out: Path) -> None:
     """The child process: train `steps` steps one way; print seconds per step, seconds to the first step's end."""
     import gsm8k_grpo
+    import torch
     from transformers import TrainerCallback
     from trl import GRPOTrainer
 
@@ -56,6 +59,8 @@ def run_one(kind: str, kit: Path, steps: int, out: Path) -> None:
     else:
         script_args, training_args, model_args = options.parse_args(gsm8k_grpo.ScriptArguments,
                                                                     gsm8k_grpo.RECIPE_DEFAULTS, argv)
+        if "OMP_NUM_THREADS" in os.environ:  # the config's `env:` threads, as the recipe applies them (torch read
+            torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))  # the variable at import, before the config)
         trainer = GRPOTrainer(model=model_args.model_name_or_path, reward_funcs=gsm8k_grpo.REWARD_FUNCS,
                               args=training_args, callbacks=[FirstStep()],
                               train_dataset=gsm8k_grpo.build_dataset("train", script_args.dataset_path))
