@@ -14,6 +14,12 @@ an object that equals everything, patched builtins or a peek at the tests' sourc
 (tests/test_code_grpo.py).
 """
 
+# %% [markdown]
+# ## What to expect
+# On Colab's free T4 the config cell's `if ON_COLAB` values apply: Qwen2.5-Coder-0.5B-Instruct with LoRA, 100 steps on
+# MBPP, HumanEval's 64 first problems held out (not yet timed on a T4). In the curves, `tests_passed_reward` should
+# rise with `all_tests_passed_reward` behind it; the form rewards saturate early and are worth 0.1 in all.
+
 # %%
 import ast
 import builtins

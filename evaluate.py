@@ -32,7 +32,7 @@ from openai import APIConnectionError, APIResponseValidationError, APIStatusErro
 from tqdm import tqdm
 
 import rewards
-from grpo_recipes import contract
+from grpo_recipes import contract, data
 from grpo_recipes.console import quiet_bars_when_redirected, quiet_noise
 from grpo_recipes.refusal import Refusal, run_script
 
@@ -318,7 +318,7 @@ def main(argv=None) -> list[dict]:
     task = contract.checked_setup(recipe, script_args)
     task.start()  # the sandbox or index: a machine that cannot run them is one line, not an error in every rollout
     client = connect(args)
-    dataset = recipe.build_dataset(args.split, script_args.dataset_path)
+    dataset = data.build_split(recipe.build_dataset, args.split, script_args.dataset_path)
     examples = [dataset[i] for i in range(min(args.num_examples, len(dataset)))]
     if not examples:
         raise Refusal(f"no examples to evaluate: the {args.split} split is empty")

@@ -7,6 +7,13 @@ Offline on CPU, tiny model (< 1 min):     python offline.py && python gsm8k_grpo
 Jupyter or Colab (free T4):              notebooks/gsm8k_grpo.ipynb, generated from this file
 """
 
+# %% [markdown]
+# ## What to expect
+# On Colab's free T4 the config cell's `if ON_COLAB` values apply: Qwen2.5-0.5B-Instruct with LoRA, 100 steps of 16
+# completions of at most 256 tokens, an evaluation every 50 steps (not yet timed on a T4). In the curves, the format
+# rewards should rise within the first few dozen steps and correctness more slowly; a total reward that climbs while
+# correctness stays flat means the model is farming the format rewards.
+
 # %%
 import re
 from dataclasses import dataclass
@@ -82,11 +89,13 @@ SYSTEM_PROMPT = """Respond in the following format:
 # %% [markdown]
 # ## Data
 # GSM8K's grade-school word problems. The prompt is the system prompt plus the question; the gold answer is the number
-# after `####` in the worked solution, which the correctness reward compares against.
+# after `####` in the worked solution, which the correctness reward compares against. `gold_completion` is that
+# solution in the system prompt's format (calculator notes removed): what `sft_warmstart.py --source gold` imitates.
 
 # %%
 def build_dataset(split: str = "train", dataset_path: str | None = None) -> Dataset:
-    """GSM8K as conversational `prompt`s (system + question) and numeric `answer`s (the text after '####')."""
+    """GSM8K as conversational `prompt`s (system + question), numeric `answer`s (the text after '####') and each
+    worked solution as a `gold_completion` in the <reasoning>/<answer> format."""
     raw = data.load_split(split, dataset_path, *DATASET)
     if missing := {"question", "answer"} - set(raw.column_names):
         raise ValueError(f"{dataset_path or DATASET[0]} ({split}) lacks column(s) {sorted(missing)}: it has "
@@ -94,6 +103,8 @@ def build_dataset(split: str = "train", dataset_path: str | None = None) -> Data
     return raw.map(lambda row: {
         "prompt": [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": row["question"]}],
         "answer": rewards.extract_hash_answer(row["answer"]),
+        "gold_completion": f"<reasoning>\n{re.sub(r'<<[^>]*>>', '', row['answer'].split('####')[0]).strip()}\n"
+                           f"</reasoning>\n<answer>\n{rewards.extract_hash_answer(row['answer'])}\n</answer>",
     }, remove_columns=raw.column_names)
 
 

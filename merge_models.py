@@ -218,8 +218,14 @@ def saved_dtype(model: dict) -> str:
 def reference(model: dict) -> dict:
     """mergekit's model reference: a LoRA adapter is its base plus the adapter, merged by PEFT before the merge."""
     if model["lora"]:
-        return {"model": {"path": model["base"]}, "lora": {"path": model["path"]}}
-    return {"model": {"path": model["path"]}}
+        return {"model": {"path": local_or_hub(model["base"])}, "lora": {"path": local_or_hub(model["path"])}}
+    return {"model": {"path": local_or_hub(model["path"])}}
+
+
+def local_or_hub(path: str) -> str:
+    """A folder here as an absolute path, else a Hub id: mergekit asks the Hub about a relative path with one slash
+    (`offline/tiny-qwen2`, an adapter's base as the run named it), which fails offline."""
+    return str(Path(path).resolve()) if Path(path).exists() else path
 
 
 def merge(models: list[str], output_dir: str, method: str = "linear", weights: list[float] | None = None,
@@ -247,7 +253,7 @@ def merge(models: list[str], output_dir: str, method: str = "linear", weights: l
               "models": [{"model": reference(m), "parameters": parameters(w)}
                          for m, w in zip(described, weights, strict=True)]}
     if method != "linear":
-        config["base_model"] = {"model": {"path": base}}
+        config["base_model"] = {"model": {"path": local_or_hub(base)}}
     output = Path(output_dir)
     if output.exists() and overwrite_output_dir:
         shutil.rmtree(output)  # an earlier merge (checked above), never an input or anything else

@@ -17,6 +17,10 @@ offline/tiny-qwen3*/                    with --thinking, instead: Qwen3's chat t
 offline/<recipe>.yaml                   a `--config` for each recipe that trains on the above on CPU (its paths
                                         relative to it); a rerun keeps a config you edited, writing <recipe>.new.yaml
 
+Your fork of a recipe gets a config too: `python offline.py --recipe my_recipe.py --dataset_path my_data/` writes
+offline/my_recipe.yaml (the tiny model, your data, runs/my_recipe; a tool recipe's needs --tools for a model that
+calls tools).
+
 The base model is untrained, so its completions are noise and its rewards near zero: the kit exercises every code
 path of a recipe (data, chat template, generation, tools, rewards, GRPO loss, evaluation, checkpoints), not learning.
 """
@@ -345,6 +349,8 @@ def main(argv: list[str] | None = None) -> None:
                         "template, warm starts that think before each turn, and configs with thinking: true")
     parser.add_argument("--vllm", action="store_true", help="models vLLM's CPU build accepts: hidden size 128, so "
                         "their 4 attention heads have 32 dimensions (vLLM's CPU attention refuses the default's 16)")
+    parser.add_argument("--recipe", help="also a config for your fork of a recipe (its file): <out_dir>/<name>.yaml")
+    parser.add_argument("--dataset_path", help="with --recipe: your fork's local data (default: its own)")
     parser.add_argument("--sft_steps", type=int, default=150, help="SFT steps of each warm start")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
@@ -403,7 +409,29 @@ def main(argv: list[str] | None = None) -> None:
         written += [search_model, write_config(out / "search_agent_grpo.yaml", search_config)]
     if args.code:
         written += write_code_kit(out, config, args)
+    if args.recipe:
+        written.append(write_fork_config(out, config, args, out / f"{name}-tools"))
     print("wrote " + ", ".join(map(str, written)))
+
+
+def write_fork_config(out: Path, config: dict, args, tools_model: Path) -> Path:
+    """--recipe: a config for a fork on the kit's model (the tool warm start for a recipe with tools), with its own
+    data (--dataset_path) and output folder."""
+    from grpo_recipes.contract import load_recipe
+    from grpo_recipes.refusal import Refusal
+
+    recipe = load_recipe(args.recipe)
+    name = Path(args.recipe).stem
+    fork = {**config, "output_dir": str(out / "runs" / name)}
+    if args.dataset_path:
+        fork["dataset_path"] = str(Path(args.dataset_path).resolve())
+    else:
+        fork.pop("dataset_path")  # the fork's own data
+    if "max_tool_calling_iterations" in recipe.RECIPE_DEFAULTS:  # a tool recipe (grpo_recipes/contract.py)
+        if not tools_model.is_dir():
+            raise Refusal(f"{args.recipe} calls tools: add --tools, which warm-starts the kit's model to call them")
+        fork.update(model_name_or_path=str(tools_model), max_completion_length=96, max_tool_calling_iterations=2)
+    return write_config(out / f"{name}.yaml", fork)
 
 
 def write_code_kit(out: Path, config: dict, args) -> list[Path]:

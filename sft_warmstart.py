@@ -1,6 +1,7 @@
 """SFT warm start: teach a small model a recipe's format before RL, from gold solutions or filtered rollouts.
 
-Gold solutions in the recipe's format (GSM8K's worked solutions -> <reasoning>/<answer>, calculator notes removed):
+Gold completions, a column of the recipe's dataset (gsm8k_grpo's `gold_completion`: GSM8K's worked solutions in its
+<reasoning>/<answer> format); your fork adds such a column, or names its own with --gold_column:
     python sft_warmstart.py --recipe gsm8k_grpo --source gold
 Rejection sampling on evaluate.py rollouts (best-of-k per prompt above a reward threshold, tool conversations kept):
     python evaluate.py tool_use_grpo --base_url ... --model ... -r 8 --out tools.jsonl
@@ -13,9 +14,14 @@ TRL's SFTTrainer with the loss on assistant turns only (tool results and prompts
 SFTConfig and ModelConfig field is a flag or a YAML key; --use_peft trains LoRA, --merge_lora saves a merged model.
 """
 
+# %% [markdown]
+# ## What to expect
+# On Colab's free T4 the config cell's `if ON_COLAB` values apply: LoRA, 200 steps, merged into the model when saved
+# (not yet timed on a T4). The loss should fall fast and flatten; the saved folder is the `--model_name_or_path` of an
+# RL notebook.
+
 # %%
 import json
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -23,7 +29,6 @@ from datasets import Dataset, Features, Json, List, Value
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl import SFTConfig, SFTTrainer, get_peft_config
 
-import rewards
 from grpo_recipes import configs, console, contract, data, logs, options, output_dir, preflight, ranges, training
 from grpo_recipes.console import logger
 from grpo_recipes.options import arg
@@ -37,7 +42,6 @@ from grpo_recipes.refusal import Refusal, run_script
 # %%
 # In a notebook on Colab's free T4 (16 GB, no bf16) the `if ON_COLAB` values apply: LoRA, 200 steps.
 ON_COLAB = options.on_colab()
-GOLD_DATASET = ("openai/gsm8k", "main")  # --source gold: the Hub dataset whose worked solutions are imitated
 
 RECIPE_DEFAULTS = {
     "output_dir": "runs/sft_warmstart",
@@ -67,10 +71,14 @@ class RecipeSFTConfig(SFTConfig):
 
 @dataclass
 class ScriptArguments:
-    recipe: str = arg("gsm8k_grpo", "The recipe to warm up for: its prompts, format and tools.")
-    source: str = arg("gold", "gold: the dataset's solutions in the recipe's format; rollouts: an evaluate.py JSONL.")
+    recipe: str = arg("gsm8k_grpo", "The recipe to warm up for (a name, or the path of your fork): its prompts, "
+                                    "format and tools.")
+    source: str = arg("gold", "gold: a column of the recipe's dataset that holds each prompt's ideal completion; "
+                              "rollouts: an evaluate.py JSONL.")
+    gold_column: str = arg("gold_completion", "For --source gold: the recipe's dataset column of gold completions.")
     rollouts: str | None = arg(None, "evaluate.py --out file, for --source rollouts.")
-    min_reward: float = arg(0.0, "Keep rollouts whose weighted total is at least this (and above 0).")
+    min_reward: float | None = arg(None, "Keep rollouts whose weighted total is at least this. Default: every "
+                                         "rollout that scored above 0.")
     best_of: int = arg(1, "Keep at most this many of the best rollouts per prompt.")
     dataset_path: str | None = arg(None, "For --source gold: local data, as the recipe's --dataset_path.")
     split: str = arg("train", "For --source gold: the split whose solutions to imitate.")
@@ -79,8 +87,8 @@ class ScriptArguments:
 
 # %% [markdown]
 # ## Data
-# Either the dataset's own solutions rewritten in the recipe's format (`--source gold`), or rollouts from any model
-# scored by the recipe's own rubric with evaluate.py, keeping the best of each prompt (`--source rollouts`).
+# Either the gold completions the recipe's dataset carries (`--source gold`), or rollouts from any model scored by the
+# recipe's own rubric with evaluate.py, keeping the best of each prompt (`--source rollouts`).
 
 # %%
 # Tool-call arguments differ between tools ({"code"} vs {"query"}): as Json they are not merged into one struct.
@@ -90,44 +98,36 @@ MESSAGES = Features({"messages": List({"role": Value("string"), "content": Value
                      "tools": Value("string")})
 
 
-def gold_conversations(recipe, split: str, dataset_path: str | None) -> list[dict]:
-    """GSM8K-form solutions rewritten as the recipe's <reasoning>/<answer> completions (gsm8k_grpo's format)."""
-    if "<reasoning>" not in recipe.SYSTEM_PROMPT:
-        raise Refusal(f"{recipe.__name__} does not use the <reasoning>/<answer> format, so there are no gold solutions "
-                      "in it: use --source rollouts with an evaluate.py JSONL.")
-    prompts = recipe.build_dataset(split, dataset_path)["prompt"]
-    conversations = []
-    solutions = data.load_split(split, dataset_path, *GOLD_DATASET)["answer"]
-    for prompt, solution in zip(prompts, solutions, strict=True):
-        reasoning = re.sub(r"<<[^>]*>>", "", solution.split("####")[0]).strip()
-        answer = f"<reasoning>\n{reasoning}\n</reasoning>\n<answer>\n{rewards.extract_hash_answer(solution)}\n</answer>"
-        conversations.append({"messages": prompt + [{"role": "assistant", "content": answer}], "tools": None})
-    return conversations
+def gold_conversations(recipe, split: str, dataset_path: str | None, column: str = "gold_completion") -> list[dict]:
+    """Each row's prompt answered with its gold completion: the text in `column` of the recipe's dataset."""
+    dataset = data.build_split(recipe.build_dataset, split, dataset_path)
+    if column not in dataset.column_names:
+        raise Refusal(f"{recipe.__name__}.build_dataset gives no {column!r} column (it gives "
+                      f"{', '.join(dataset.column_names)}): add one holding each prompt's ideal completion in the "
+                      "recipe's format, name yours with --gold_column, or use --source rollouts with an evaluate.py "
+                      "JSONL")
+    return [{"messages": prompt + [{"role": "assistant", "content": gold}], "tools": None}
+            for prompt, gold in zip(dataset["prompt"], dataset[column], strict=True) if gold]
 
 
 ROLLOUT_KEYS = ("prompt", "completion", "total")  # what every evaluate.py --out row holds
 
 
-def rollout_conversations(path: str, min_reward: float, best_of: int) -> list[dict]:
-    """Rejection sampling: per prompt, the best `best_of` distinct rollouts whose total reaches min_reward."""
-    if not Path(path).is_file():
-        raise Refusal(f"--rollouts {path}: no such file (write one with evaluate.py --out)")
-    if bad := data.first_bad_json_line(path):
-        raise Refusal(bad)
+def rollout_conversations(path: str, min_reward: float | None, best_of: int) -> list[dict]:
+    """Rejection sampling: per prompt, the best `best_of` distinct rollouts whose total is at least min_reward (None:
+    above 0). Refuses, naming the best total, when none is kept."""
+    rows = rollout_rows(path)
+    scored = [row for row in rows if row.get("error") is None]
     by_prompt = {}
-    for number, line in enumerate(Path(path).read_text().splitlines(), start=1):
-        if not line.strip():
-            continue
-        row = json.loads(line)
-        if missing := [key for key in ROLLOUT_KEYS if key not in row]:
-            raise Refusal(f"{path} line {number}: not an evaluate.py rollout (no {', '.join(missing)}); --rollouts "
-                          "takes the file `python evaluate.py <recipe> ... --out rollouts.jsonl` writes")
-        if row.get("error") is None and row["total"] >= min_reward and row["total"] > 0:
+    for row in scored:
+        if row["total"] > 0 if min_reward is None else row["total"] >= min_reward:
             by_prompt.setdefault(json.dumps(row["prompt"]), []).append(row)
+    if not by_prompt:
+        raise Refusal(_nothing_kept(path, min_reward, len(rows), max((row["total"] for row in scored), default=None)))
     conversations = []
-    for rows in by_prompt.values():
+    for group in by_prompt.values():
         seen = set()
-        for row in sorted(rows, key=lambda r: -r["total"]):
+        for row in sorted(group, key=lambda r: -r["total"]):
             key = json.dumps(row["completion"], sort_keys=True)
             if key in seen or len(seen) == best_of:
                 continue
@@ -136,6 +136,32 @@ def rollout_conversations(path: str, min_reward: float, best_of: int) -> list[di
             tools = json.dumps(row["tools"]) if row.get("tools") else None
             conversations.append({"messages": messages, "tools": tools})
     return conversations
+
+
+def rollout_rows(path: str) -> list[dict]:
+    """The rows of an evaluate.py --out file; anything else is one line."""
+    if not Path(path).is_file():
+        raise Refusal(f"--rollouts {path}: no such file (write one with evaluate.py --out)")
+    if bad := data.first_bad_json_line(path):
+        raise Refusal(bad)
+    rows = []
+    for number, line in enumerate(Path(path).read_text().splitlines(), start=1):
+        if not line.strip():
+            continue
+        rows.append(json.loads(line))
+        if missing := [key for key in ROLLOUT_KEYS if key not in rows[-1]]:
+            raise Refusal(f"{path} line {number}: not an evaluate.py rollout (no {', '.join(missing)}); --rollouts "
+                          "takes the file `python evaluate.py <recipe> ... --out rollouts.jsonl` writes")
+    return rows
+
+
+def _nothing_kept(path: str, min_reward: float | None, rows: int, best: float | None) -> str:
+    if best is None:
+        return (f"{path}: every one of its {rows} rollouts failed (see their `error`): nothing to keep" if rows else
+                f"{path} holds no rollouts: write them with evaluate.py --out")
+    kept = "scored above 0" if min_reward is None else f"reached --min_reward {min_reward:g}"
+    return (f"{path}: no rollout {kept}; the best total is {best:g}. Pass --min_reward {best:g} to keep the best "
+            "anyway, or evaluate more rollouts (-r) or a stronger model")
 
 
 def _message(message: dict) -> dict:
@@ -158,14 +184,15 @@ def main(argv: list[str] | None = None) -> Path:
     output_dir.prepare_output_dir(training_args)
     preflight.check_model_source(model_args.model_name_or_path)
     if script_args.source == "gold":
-        conversations = gold_conversations(recipe, script_args.split, script_args.dataset_path)
+        conversations = gold_conversations(recipe, script_args.split, script_args.dataset_path,
+                                           script_args.gold_column)
     elif script_args.source == "rollouts" and script_args.rollouts:
         conversations = rollout_conversations(script_args.rollouts, script_args.min_reward, script_args.best_of)
     else:
         raise Refusal("--source is gold, or rollouts with --rollouts results.jsonl (from evaluate.py).")
     if not conversations:
-        raise Refusal(f"no conversation passed the filter (--min_reward {script_args.min_reward}): lower it, or "
-                      "evaluate more rollouts.")
+        raise Refusal(f"{recipe.__name__}'s {script_args.split} split has no gold completions (its "
+                      f"{script_args.gold_column!r} column is empty)")
     logger.info(f"SFT on {len(conversations)} conversations from {script_args.source}")
     dataset = Dataset.from_list(conversations, features=MESSAGES)
     tokenizer = AutoTokenizer.from_pretrained(model_args.model_name_or_path)

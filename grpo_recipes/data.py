@@ -129,17 +129,25 @@ def load_splits(build, training_args, dataset_path: str | None,
     if evaluate and dataset_path and not Path(dataset_path).is_dir():
         raise Refusal(f"{dataset_path} is one file, so it has no held-out split: pass --eval_strategy no, or point "
                       "--dataset_path at a folder with train.jsonl and test.jsonl.")
-    try:
-        train_dataset = build("train", dataset_path)
-        eval_dataset = build("test", dataset_path) if evaluate else None
-    except ValueError as err:  # a missing column or split: one line, not a traceback
-        raise Refusal(str(err)) from None
+    train_dataset = build_split(build, "train", dataset_path)
+    eval_dataset = build_split(build, "test", dataset_path) if evaluate else None
     for split, dataset in (("train", train_dataset), ("test", eval_dataset)):
         if dataset is not None:
             check_rows(dataset, split, dataset_path)
     if eval_dataset is not None:
         eval_dataset = eval_dataset.select(range(min(num_eval_examples, len(eval_dataset))))
     return train_dataset, eval_dataset
+
+
+def build_split(build, split: str, dataset_path: str | None) -> Dataset:
+    """A recipe's `build_dataset(split, dataset_path)`; a missing path, column or split exits in one line (a recipe's
+    build_dataset raises ValueError for what its data lacks)."""
+    if dataset_path and not Path(dataset_path).exists():
+        raise Refusal(f"--dataset_path {dataset_path}: no such file or folder")
+    try:
+        return build(split, dataset_path)
+    except ValueError as err:  # a missing column or split: one line, not a traceback
+        raise Refusal(str(err)) from None
 
 
 def check_rows(dataset: Dataset, split: str, dataset_path: str | None) -> None:

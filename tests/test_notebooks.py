@@ -90,8 +90,8 @@ def test_notebooks_carry_the_scripts_text_the_setup_and_no_script_entry_point():
     notebook = build.build("gsm8k_grpo")
     sources = [cell.source for cell in notebook.cells]
     assert notebook.cells[0].cell_type == "markdown" and sources[0].startswith("# gsm8k_grpo.py: GRPO on GSM8K")
-    assert "What to expect." in sources[0] and "not yet timed on a T4" in sources[0] and "0.5B" in sources[0]
-    assert sources[1].startswith("## Set-up") and "`rewards.py`" in sources[1] and "notebooks/build.py" in sources[1]
+    assert sources[1].startswith("## What to expect") and "not yet timed on a T4" in sources[1] and "0.5B" in sources[1]
+    assert sources[2].startswith("## Set-up") and "`rewards.py`" in sources[2] and "notebooks/build.py" in sources[2]
     install = next(s for s in sources if s.startswith("%pip install"))
     rubric = next(s for s in sources if s.startswith("%%writefile rewards.py"))
     assert sources.index(install) == sources.index(rubric) + 1

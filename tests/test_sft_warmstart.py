@@ -25,9 +25,14 @@ def test_gold_solutions_are_rewritten_in_the_recipe_format_and_earn_full_marks(k
     assert conversations[0]["messages"][0]["content"] == gsm8k_grpo.SYSTEM_PROMPT
 
 
-def test_gold_needs_a_recipe_in_the_reasoning_answer_format(kit):
-    with pytest.raises(Refusal, match="use --source rollouts"):
+def test_gold_needs_a_gold_column_and_says_how_to_add_one(kit):
+    with pytest.raises(Refusal, match="gives no 'gold_completion' column .*answer, prompt.*--gold_column.*--source "
+                                      "rollouts") as refused:
         sft_warmstart.gold_conversations(tool_use_grpo, "train", str(kit / "gsm8k_toy"))
+    assert "\n" not in str(refused.value)
+    renamed = sft_warmstart.gold_conversations(tool_use_grpo, "train", str(kit / "gsm8k_toy"), column="answer")
+    answers = tool_use_grpo.build_dataset("train", str(kit / "gsm8k_toy"))["answer"]
+    assert [c["messages"][-1]["content"] for c in renamed] == answers  # any column the fork names
 
 
 def test_rejection_sampling_keeps_the_best_distinct_rollouts_per_prompt(tmp_path):
@@ -41,8 +46,26 @@ def test_rejection_sampling_keeps_the_best_distinct_rollouts_per_prompt(tmp_path
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     kept = sft_warmstart.rollout_conversations(str(path), min_reward=2.0, best_of=2)
     assert [c["messages"][-1]["content"] for c in kept] == ["best", "second"]
-    assert sft_warmstart.rollout_conversations(str(path), min_reward=0.0, best_of=10)[-1]["messages"][-1]["content"] \
-        == "too low"  # zero-reward and failed rollouts are never kept
+    by_default = sft_warmstart.rollout_conversations(str(path), min_reward=None, best_of=10)
+    assert [c["messages"][-1]["content"] for c in by_default][-1] == "too low"  # above 0: no zero, no failed rollout
+    at_zero = sft_warmstart.rollout_conversations(str(path), min_reward=0.0, best_of=10)
+    assert at_zero[-1]["messages"][-1]["content"] == "zero"  # at or above the threshold: 0.0 keeps 0.0
+
+
+@pytest.mark.parametrize("min_reward, totals, advice", [
+    (None, [0.0, 0.0], "no rollout scored above 0; the best total is 0. Pass --min_reward 0 "),
+    (2.0, [0.5, 1.5], "no rollout reached --min_reward 2; the best total is 1.5. Pass --min_reward 1.5 "),
+    (None, [-1.0, -0.5], "the best total is -0.5. Pass --min_reward -0.5 "),
+])
+def test_a_filter_that_keeps_nothing_names_the_value_that_keeps_the_best(tmp_path, min_reward, totals, advice):
+    path = tmp_path / "rollouts.jsonl"
+    rows = [{"prompt": [{"role": "user", "content": str(i)}], "completion": [{"role": "assistant", "content": "x"}],
+             "total": total, "error": None} for i, total in enumerate(totals)]
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    with pytest.raises(Refusal, match=advice.replace(".", r"\.").replace("-", r"\-")):
+        sft_warmstart.rollout_conversations(str(path), min_reward=min_reward, best_of=1)
+    best = float(advice.split("Pass --min_reward ")[1])
+    assert sft_warmstart.rollout_conversations(str(path), min_reward=best, best_of=1)  # the advice keeps the best
 
 
 def test_gold_sft_output_is_a_model_a_grpo_recipe_starts_from(kit, tmp_path):
