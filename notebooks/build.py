@@ -29,6 +29,7 @@ from packaging.requirements import Requirement
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from grpo_recipes.contract import RECIPES as RL_RECIPES  # noqa: E402
+from grpo_recipes.refusal import Refusal, run_script  # noqa: E402
 from grpo_recipes.sandbox import SANDBOX_FILES  # noqa: E402
 
 PACKAGE = "grpo_recipes"
@@ -139,7 +140,7 @@ def script_path(recipe: str) -> Path:
     """A recipe's file: a name of this repository's (gsm8k_grpo) or the path of a script (my_recipe.py)."""
     path = Path(recipe) if recipe.endswith(".py") else ROOT / f"{recipe}.py"
     if not path.is_file():
-        raise SystemExit(f"notebooks/build.py: no script {path}")
+        raise Refusal(f"notebooks/build.py: no script {path}")
     return path
 
 
@@ -181,4 +182,4 @@ def main(argv: list[str] | None = None) -> list[Path]:
     return written
 
 if __name__ == "__main__":
-    main()
+    run_script(main)
