@@ -15,6 +15,8 @@ here, so a notebook carries only the modules its recipe imports (notebooks/build
 - `trl_patches`: the patches of TRL's and transformers' private code, each for a named version
 - `answers`: the answer in a completion, and whether it equals the gold one (`answers_match`)
 - `math_verify_process`: math-verify in a child process that can be killed
+- `judge`: an LLM judge as a reward (one completion a call, or a group a call), and the verdicts it reads
+- `console`: the log's format and what it leaves out (other libraries' noise, progress bars into a file)
 - `sandbox`: the trainer's side of the sandboxed interpreter; `zygote_launch` starts its fork server in an engine,
   `call_pipes` reads and writes a call's own pipes
 - `zygote`, `confinement`: inside the sandbox: the fork server, and the kernel mechanisms that confine each call

@@ -1,6 +1,7 @@
 """The benchmark scripts run and print their figures (their numbers are read by people, not asserted)."""
 
 import os
+import re
 import subprocess
 import sys
 
@@ -60,6 +61,16 @@ def test_bench_trainer_prints_the_recipe_beside_a_bare_trl_trainer(base_kit):
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.count("s a step, first step done at") == 2
     assert "recipe / bare TRL: per step " in proc.stdout
+
+
+@pytest.mark.slow  # half a minute: a transformers serve of the kit's model
+def test_bench_judge_prints_pointwise_beside_group_calls_tokens_and_seconds(base_kit):
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_judge.py"), "--kit", str(base_kit),
+                           "--rounds", "1", "--prompts", "2", "--group", "4", "--max_tokens", "16"],
+                          capture_output=True, text=True, timeout=600, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "pointwise JudgeReward:" in proc.stdout and "group GroupJudgeReward:" in proc.stdout
+    assert re.search(r"group / pointwise: calls 0\.\d+x", proc.stdout), proc.stdout  # fewer calls, one a group
 
 
 @pytest.mark.slow  # 13-35 s: with the learning checks, to keep the default suite under 10 minutes
