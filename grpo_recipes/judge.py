@@ -198,18 +198,24 @@ class GroupJudgeReward(JudgeReward):
                 jobs.append((key, (task, [(label, responses[i]) for label, i in zip(labels, shuffled, strict=True)])))
         scores = [[] for _ in completions]
         complete = [True] * len(completions)
-        for (_, (task, labelled)), verdict in zip(jobs, self._verdicts(jobs), strict=True):
-            members = groups[task]
-            by_response = {}
-            if verdict is not None:
-                for label, response in labelled:
-                    by_response.setdefault(response, []).append(verdict[label])
-            for i in members:
+        for (_, (task, _)), verdict in zip(jobs, self._verdicts(jobs), strict=True):
+            for i in groups[task]:
                 if verdict is None:
                     complete[i] = False
-                else:  # identical completions get the mean of their labels' scores
-                    scores[i].append(sum(by_response[responses[i]]) / len(by_response[responses[i]]))
+                else:
+                    scores[i].append(verdict[responses[i]])
         return [sum(s) / len(s) / 10 if ok and s else None for s, ok in zip(scores, complete, strict=True)]
+
+    def _ask(self, job) -> dict | None:
+        """The judge's verdict by response text, not by label: the labels are drawn afresh each call, so a cached
+        verdict must not depend on them. Identical completions get the mean of their labels' scores."""
+        verdict = super()._ask(job)
+        if verdict is None:
+            return None
+        by_response = {}
+        for label, response in job[1]:
+            by_response.setdefault(response, []).append(verdict[label])
+        return {response: sum(found) / len(found) for response, found in by_response.items()}
 
     def messages(self, task: str, labelled: list[tuple[str, str]], nonce: str) -> list[dict]:
         fenced = "\n\n".join(f"<response-{nonce} {label}>\n{text}\n</response-{nonce} {label}>"

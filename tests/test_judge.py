@@ -268,3 +268,12 @@ def test_a_judge_pickles_with_its_options_and_works_in_the_copy(server):
     copy = pickle.loads(pickle.dumps(scorer))  # TRL's async trainer scores in a spawned process
     assert copy.orders == 2 and copy.stats["calls"] == 0 and not copy._cache
     assert copy([chat("18"), chat("20")], prompts=PROMPT * 2) == [0.9, 0.1]
+
+
+def test_a_cached_group_verdict_follows_each_completion_not_its_label(server):
+    """The group is relabelled every call: a verdict cached by label would pay the right answer's score to another."""
+    scorer = group_judge(server)
+    completions = [chat("18"), chat("20"), chat("19"), chat("21")]
+    for _ in range(8):
+        assert scorer(completions, prompts=PROMPT * 4) == [0.9, 0.1, 0.1, 0.1]
+    assert server.requests == 1 and scorer.stats["cached"] == 7
