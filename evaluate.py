@@ -316,6 +316,9 @@ def main(argv=None) -> list[dict]:
     recipe = contract.load_recipe(args.recipe)
     script_args = recipe_arguments(recipe, rest)
     task = contract.checked_setup(recipe, script_args)
+    if models := [f for f in task.reward_funcs if isinstance(f, str)]:
+        raise Refusal(f"{recipe.__name__} rewards with a reward model ({', '.join(models)}), which only the trainer "
+                      "loads: evaluate with a rubric of functions (judge_grpo.py: --reward_mode group or pointwise)")
     task.start()  # the sandbox or index: a machine that cannot run them is one line, not an error in every rollout
     client = connect(args)
     dataset = data.build_split(recipe.build_dataset, args.split, script_args.dataset_path)

@@ -4,10 +4,12 @@
     python offline.py --tools --search   # + warm starts that call the tools (~30 s each) and their configs
     python offline.py --code             # + toy code problems, a tiny model warm-started to write code, its config
     python gsm8k_grpo.py --config offline/gsm8k_grpo.yaml
+    python offline.py --serve_judge &    # the stand-in judge judge_grpo.yaml names (grpo_recipes/kit_judge.py)
 
 offline/gsm8k_toy/{train,test}.jsonl    toy word problems in GSM8K form (`question`, `answer` ending "#### n")
 offline/search_toy/                     a generated corpus (corpus.jsonl) and two-hop questions for the search agent
 offline/code_toy/{train,test}.jsonl     toy function-writing problems in MBPP's form (text, code, test_list)
+offline/passage_toy/{train,test}.jsonl  toy passage questions for judge_grpo.py (context, question, reference)
 offline/tiny-qwen2/                     a random Qwen2ForCausalLM (~0.17M parameters) with a byte-level BPE tokenizer
                                         trained on the kit's text and TRL's bundled Qwen2.5 chat template
 offline/tiny-qwen2-{tools,search}/      the same model after a short SFT on tool-call conversations (--tools, --search)
@@ -35,6 +37,7 @@ from pathlib import Path
 
 NAMES = ["Ava", "Ben", "Chidi", "Dana", "Elif", "Farid", "Grace", "Hiro", "Ines", "Jonas", "Kemi", "Luca"]
 ITEMS = ["marbles", "stickers", "apples", "pencils", "stamps", "shells"]
+THINGS = ["kite", "bike", "scarf", "door", "boat", "mug"]
 
 
 def _problem(rng: random.Random) -> dict:
@@ -86,6 +89,26 @@ def write_toy_gsm8k(out_dir: str | Path, n_train: int = 48, n_test: int = 16, se
         with open(out_dir / f"{split}.jsonl", "w") as f:
             for _ in range(n):
                 f.write(json.dumps(_problem(rng)) + "\n")
+    return out_dir
+
+
+def write_toy_passages(out_dir: str | Path, n_train: int = 48, n_test: int = 16, seed: int = 0) -> Path:
+    """Write toy passage questions for judge_grpo.py: a passage of four facts ("Ava's kite is red."), a question about
+    one ("What colour is Ava's kite?") and its `reference` colour, which only the kit's judge and the experiments'
+    gold score read (grpo_recipes/kit_judge.py): the recipe itself never sees it."""
+    from grpo_recipes.kit_judge import COLOURS
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    rng = random.Random(seed)
+    for split, n in (("train", n_train), ("test", n_test)):
+        with open(out_dir / f"{split}.jsonl", "w") as f:
+            for _ in range(n):
+                facts = [(name, rng.choice(THINGS), rng.choice(COLOURS)) for name in rng.sample(NAMES, 4)]
+                name, thing, colour = rng.choice(facts)
+                row = {"context": " ".join(f"{n}'s {t} is {c}." for n, t, c in facts),
+                       "question": f"What colour is {name}'s {thing}?", "reference": colour}
+                f.write(json.dumps(row) + "\n")
     return out_dir
 
 
@@ -353,7 +376,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--dataset_path", help="with --recipe: your fork's local data (default: its own)")
     parser.add_argument("--sft_steps", type=int, default=150, help="SFT steps of each warm start")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--serve_judge", action="store_true", help="only serve the kit's stand-in judge for "
+                        "judge_grpo.yaml (grpo_recipes/kit_judge.py) until Ctrl-C")
+    parser.add_argument("--judge_port", type=int, default=8011, help="with --serve_judge: its port on 127.0.0.1")
     args = parser.parse_args(argv)
+    if args.serve_judge:
+        from grpo_recipes import kit_judge
+
+        return kit_judge.serve(args.judge_port)
     from trl.chat_template_utils import qwen2_5_chat_template, qwen3_chat_template
 
     import gsm8k_grpo
@@ -388,6 +418,10 @@ def main(argv: list[str] | None = None) -> None:
                   "use_cpu": True, "gradient_checkpointing": False, "max_steps": 50, "learning_rate": 1e-3,
                   "env": {"OMP_NUM_THREADS": "1"}}
     written.append(write_config(out / "sft_warmstart.yaml", sft_config))
+    passages = write_toy_passages(out / "passage_toy", seed=args.seed)
+    judge_config = {**config, "dataset_path": str(passages), "output_dir": str(out / "runs" / "judge_grpo"),
+                    "judge_base_url": f"http://127.0.0.1:{args.judge_port}/v1", "judge_model": "kit-judge"}
+    written += [passages, write_config(out / "judge_grpo.yaml", judge_config)]
     if args.tools:
         interpreter = tool_use_grpo.setup(tool_use_grpo.ScriptArguments()).environment_factory()  # (not started)
         tools_dir = warm_start(model_dir, out / f"{name}-tools", conversations, environment_tools(interpreter),

@@ -436,10 +436,19 @@ def combine(weights: dict) -> tuple[list, list[float]]:
 
 def reward_name(func) -> str:
     """The name TRL logs a reward under, as trl.trainer.utils.get_callable_name gives it (functools.partial unwrapped,
-    a callable object by its class's name), without importing TRL into the rubric library."""
+    a callable object by its class's name, a reward model's id by its last part), without importing TRL into the
+    rubric library."""
+    model_id = func if isinstance(func, str) else getattr(getattr(func, "config", None), "_name_or_path", None)
+    if model_id:
+        return model_id.rstrip("/").split("/")[-1]
     while isinstance(func, functools.partial):
         func = func.func
     return getattr(func, "__name__", type(func).__name__)
+
+
+REWARD_MODEL_DOC = ("A reward model's score for the whole answer (a sequence classifier that TRL loads). Gaming it: "
+                    "whatever the classifier over-rates (length, confidence, its training data's quirks); read the "
+                    "answers it pays most.")
 
 
 def describe(funcs: list, weights: list[float]) -> list[tuple[str, float, str, str]]:
@@ -449,7 +458,8 @@ def describe(funcs: list, weights: list[float]) -> list[tuple[str, float, str, s
         base = func
         while isinstance(base, functools.partial):
             base = base.func
-        doc = " ".join((getattr(base, "__doc__", None) or "").split())
+        reward_model = isinstance(func, str) or hasattr(func, "config")  # an id, or the model TRL loaded from it
+        doc = " ".join((REWARD_MODEL_DOC if reward_model else getattr(base, "__doc__", None) or "").split())
         pays_for = doc.split(". ")[0].rstrip(".") if doc else ""
         gaming = doc.split("Gaming it: ", 1)[1] if "Gaming it: " in doc else ""
         rows.append((reward_name(func), weight, pays_for, gaming))

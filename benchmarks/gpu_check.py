@@ -31,6 +31,7 @@ from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM  # noqa: E
 
 import offline  # noqa: E402
 from grpo_recipes.contract import RECIPES  # noqa: E402
+from grpo_recipes import kit_judge  # noqa: E402
 
 SHAPES = {  # Qwen2.5 architectures, from their published configs
     "0.5B": {"hidden_size": 896, "intermediate_size": 4864, "num_hidden_layers": 24, "num_attention_heads": 14,
@@ -64,7 +65,10 @@ def build_model(shape: str, kit: Path, out: Path) -> Path:
     return out
 
 
-def recipe_argv(recipe: str, kit: Path) -> list[str]:
+def recipe_argv(recipe: str, kit: Path, judge_url: str) -> list[str]:
+    if recipe == "judge_grpo":  # the kit's stand-in judge (a program): this measures the GPU, not a judge model
+        return ["--dataset_path", str(kit / "passage_toy"), "--judge_base_url", judge_url, "--judge_model",
+                kit_judge.MODEL]
     if recipe == "search_agent_grpo":
         return ["--dataset_path", str(kit / "search_toy" / "questions"), "--corpus_path",
                 str(kit / "search_toy" / "corpus.jsonl"), "--index_dir", str(kit / "bm25_index")]
@@ -118,11 +122,12 @@ def estimate_config(shape: str) -> Qwen2Config:
     return Qwen2Config(**SHAPES[shape])
 
 
-def run(recipe: str, model: Path, kit: Path, variant: str, checkpointing: bool, args, out: Path) -> dict:
+def run(recipe: str, model: Path, kit: Path, variant: str, checkpointing: bool, args, out: Path,
+        judge_url: str) -> dict:
     import importlib
 
     module = importlib.import_module(recipe)
-    argv = [*recipe_argv(recipe, kit), "--model_name_or_path", str(model), "--output_dir", str(out),
+    argv = [*recipe_argv(recipe, kit, judge_url), "--model_name_or_path", str(model), "--output_dir", str(out),
             "--max_steps", str(args.steps), "--eval_strategy", "no", "--save_strategy", "no", "--report_to", "none",
             "--num_generations", "8", "--per_device_train_batch_size", "8", "--gradient_accumulation_steps", "1",
             "--max_completion_length", str(args.max_completion_length), "--logging_steps", "1",
@@ -177,6 +182,7 @@ def main(argv=None) -> list[str]:
     work = Path(tempfile.mkdtemp(prefix="gpu-check-"))
     offline.main(["--out_dir", str(work / "kit")])
     offline.write_toy_code(work / "kit" / "code_toy")  # code_grpo's problems (its warm start is not needed here)
+    _, judge_url = kit_judge.start()  # judge_grpo's judge, for as long as this process runs
     device = "CPU" if args.cpu else torch.cuda.get_device_name()
     rows = [f"{device}, {time.strftime('%Y-%m-%d')}: {args.steps} GRPO steps of 8 completions × "
             f"{args.max_completion_length} tokens per cell", "",
@@ -195,7 +201,8 @@ def main(argv=None) -> list[str]:
                         continue
                     attempted += 1
                     try:
-                        m = run(recipe, model, work / "kit", variant, checkpointing, args, work / "out")
+                        m = run(recipe, model, work / "kit", variant, checkpointing, args, work / "out",
+                                judge_url)
                         peak = "-" if args.cpu else f"{m['peak GiB']:.1f}"
                         fits = "-" if args.cpu else "yes" if m["peak GiB"] <= 24 else "**no**"
                         rows.append(f"{label} {m['s/step']:.2f} | {m['tokens/s']:.0f} | {peak} | {guess:.1f} | "

@@ -33,6 +33,8 @@ def quiet_noise() -> None:
         warnings.filterwarnings("ignore", message=noise)
     # datasets cannot hash a recipe's lambda for its cache key, and says so at length, every run
     logging.getLogger("datasets.fingerprint").setLevel(logging.ERROR)
+    for client in ("httpx", "httpx2"):  # the openai client's HTTP library: a line per judge or reader request
+        logging.getLogger(client).setLevel(logging.WARNING)
 
 
 def redirected() -> bool:

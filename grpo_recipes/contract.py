@@ -32,7 +32,8 @@ from pathlib import Path
 from grpo_recipes.refusal import Refusal
 
 logger = logging.getLogger("grpo-recipes")
-RECIPES = ("gsm8k_grpo", "tool_use_grpo", "search_agent_grpo", "code_grpo")  # every test, tool and notebook uses these
+# every test, tool and notebook uses these
+RECIPES = ("gsm8k_grpo", "tool_use_grpo", "search_agent_grpo", "code_grpo", "judge_grpo")
 REQUIRED = ("ScriptArguments", "RECIPE_DEFAULTS", "SYSTEM_PROMPT", "build_dataset", "setup")
 SCRIPT_FIELDS = ("dataset_path", "num_eval_examples")
 NOT_TOOLS = ("reset", "get_reward")  # an environment's methods TRL calls itself, never as tools

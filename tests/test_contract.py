@@ -11,7 +11,7 @@ import pytest
 
 import rewards
 from conftest import ROOT
-from grpo_recipes import contract, options
+from grpo_recipes import contract, kit_judge, options
 from grpo_recipes.refusal import Refusal
 
 
@@ -82,7 +82,8 @@ def test_evaluate_takes_the_recipes_own_flags_and_names_the_recipe_for_one_it_do
 OPTIONS = {"gsm8k_grpo": [],
            "tool_use_grpo": ["--tool_timeout", "1", "--tool_seconds_per_step", "7"],
            "search_agent_grpo": ["--search_top_k", "1", "--snippet_chars", "20"],
-           "code_grpo": ["--seconds_per_test", "1", "--test_workers", "3"]}
+           "code_grpo": ["--seconds_per_test", "1", "--test_workers", "3"],
+           "judge_grpo": ["--judge_timeout", "7", "--max_answer_words", "5"]}  # + the test's judge server
 # In a fresh interpreter, what TRL's async trainer does with them: unpickle, make an environment, call its tools and
 # score with the rewards; report what it found.
 PROBE = """
@@ -112,6 +113,11 @@ for recipe, (reward_funcs, factory) in pickle.loads(sys.stdin.buffer.read()).ite
                   for body in ("    pass", "    import time\\n    time.sleep(2)")]
         report["scores"] = scores
         report["workers"] = reward_funcs[1].keywords["code_tests"].tester.workers
+    if recipe == "judge_grpo":
+        task = "Passage:\\nAva's kite is red.\\n\\nQuestion: What colour is Ava's kite?"
+        answer = [[{"role": "assistant", "content": "It is red, as the passage says."}]]
+        report["scores"] = [func(completions=answer, prompts=[task]) for func in reward_funcs]
+        report["timeout"] = reward_funcs[0].timeout
 print(json.dumps(found))
 """
 
@@ -121,16 +127,19 @@ def test_every_recipes_rewards_and_tools_rebuild_in_a_spawned_process_with_the_r
     built from the run's flags must arrive there and start there (a sandbox, an index), its options applied (the
     tool's 1 s timeout, not 2; one search result, not 3; a 1 s test budget, not 3, and 3 test workers, not 2)."""
     tasks = {}
+    judge_server, judge_url = kit_judge.start()
     for name in contract.RECIPES:
         recipe = contract.load_recipe(name)
         folder = code_kit if name == "code_grpo" else kit
+        judge = ["--judge_base_url", judge_url] if name == "judge_grpo" else []
         script_args = options.parse_args(recipe.ScriptArguments, recipe.RECIPE_DEFAULTS, [
-            "--config", str(folder / f"{name}.yaml"), *OPTIONS[name]])[0]
+            "--config", str(folder / f"{name}.yaml"), *OPTIONS[name], *judge])[0]
         task = contract.checked_setup(recipe, script_args)
         task.start()  # as training.prepare does in the trainer: started here, restarted in the other process
         tasks[name] = (task.reward_funcs, task.environment_factory)
     proc = subprocess.run([sys.executable, "-c", PROBE, str(ROOT)], input=pickle.dumps(tasks), capture_output=True,
                           timeout=300, check=False)
+    judge_server.shutdown()
     assert proc.returncode == 0, proc.stderr.decode()[-3000:]
     found = json.loads(proc.stdout.decode().strip().splitlines()[-1])
     assert found["gsm8k_grpo"]["rewards"][0] == "correctness_reward"
@@ -144,3 +153,5 @@ def test_every_recipes_rewards_and_tools_rebuild_in_a_spawned_process_with_the_r
     assert len(search["search"].split("] ", 1)[1]) == 20  # --snippet_chars 20, from the kit's corpus
     code = found["code_grpo"]
     assert code["scores"] == [1.0, 0.0] and code["workers"] == 3  # the 2 s function ran out of the 1 s test budget
+    judged = found["judge_grpo"]  # the judge asked from there (a right answer, in 7 words: 2 over --max_answer_words)
+    assert judged["scores"] == [[0.9], [pytest.approx(-2 / 15)]] and judged["timeout"] == 7.0

@@ -177,6 +177,18 @@ def test_rate_limits_and_server_errors_are_retried_with_backoff(server, status):
     assert server.requests == 3
 
 
+@pytest.mark.parametrize("whole_groups", [True, False])
+def test_a_missing_verdict_withholds_its_whole_groups_scores(server, whole_groups):
+    """TRL sums a None as 0 beside a reward that gave a number (the length penalty): a lone unjudged answer would rank
+    below its judged group mates as if the judge had said 0. So by default its group gets no verdict at all."""
+    server.fail_first = 1  # the first request: the first answer to the first prompt (one request at a time)
+    other = [[{"role": "user", "content": "Tom has 2 bags of 9 apples. How many apples?"}]]
+    with pytest.warns(RuntimeWarning, match="judge request failed"):
+        scores = judge(server, max_retries=0, max_concurrency=1, whole_groups=whole_groups)(
+            [chat("18"), chat("It is 18."), chat("18 apples"), chat("20")], prompts=PROMPT * 2 + other * 2)
+    assert scores == ([None, None, 0.9, 0.1] if whole_groups else [None, 0.9, 0.9, 0.1])
+
+
 def test_a_slow_judge_gives_none_within_the_deadline(server):
     server.delay = 3.0
     start = time.monotonic()

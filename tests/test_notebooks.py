@@ -13,7 +13,7 @@ from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 
 from conftest import ROOT
-from grpo_recipes import contract, logs, sandbox
+from grpo_recipes import contract, kit_judge, logs, sandbox
 
 sys.path.insert(0, str(ROOT / "notebooks"))
 import build  # noqa: E402  (notebooks/build.py)
@@ -141,6 +141,10 @@ def test_each_notebook_runs_headless_on_cpu_from_an_empty_folder_and_plots_its_t
         argv = edit_config_cell_on_colab(notebook, kit / AS_COLAB_USER[recipe])
     else:
         argv = ["--config", f"offline/{recipe}.yaml"]
+    if recipe == "judge_grpo":  # the kit's stand-in judge, here on a free port
+        judge_server, judge_url = kit_judge.start()
+        request.addfinalizer(judge_server.shutdown)
+        argv += ["--judge_base_url", judge_url]
     notebook = with_arguments(notebook, [*argv, "--output_dir", "run"])
     # The modules came from the folder's copies, not from this repository (which is not on the kernel's path).
     notebook.cells.append(nbformat.v4.new_code_cell(
@@ -159,7 +163,7 @@ def test_each_notebook_runs_headless_on_cpu_from_an_empty_folder_and_plots_its_t
     printed = "".join(output.get("text", "") for output in last)
     if recipe != "sft_warmstart":  # an RL run also shows completions of its last step with their rewards
         assert "completion 1 of the last step" in printed
-        assert any(name in printed for name in ("correctness", "match", "tests_passed"))
+        assert any(name in printed for name in ("correctness", "match", "tests_passed", "judge"))
     installing = next(cell for cell in notebook.cells if "%pip install" in cell.source)
     assert "Successfully installed" not in "".join(o.get("text", "") for o in installing.outputs)  # all were there
     if recipe != "sft_warmstart":  # the last cell: the trained model on held-out prompts, with their rewards

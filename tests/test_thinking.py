@@ -140,18 +140,23 @@ def test_every_recipe_runs_a_thinking_model_offline_end_to_end(tmp_path):
                    cwd=root, check=True, capture_output=True, timeout=600)
     from grpo_recipes.contract import RECIPES
 
+    from grpo_recipes import kit_judge
+
+    judge_server, judge_url = kit_judge.start()  # judge_grpo's: the kit's stand-in judge
     for recipe in [r for r in RECIPES if r != "code_grpo"]:  # offline.py's code model does not think (Qwen2.5's)
         out = tmp_path / recipe
+        judge = ["--judge_base_url", judge_url] if recipe == "judge_grpo" else []
         proc = subprocess.run([sys.executable, f"{recipe}.py", "--config", str(kit / f"{recipe}.yaml"),
                                "--output_dir", str(out), "--max_steps", "2", "--eval_strategy", "no",
-                               "--max_completion_length", "160", "--temperature", "0.3"],
+                               "--max_completion_length", "160", "--temperature", "0.3", *judge],
                               cwd=root, capture_output=True, text=True, timeout=600)
         assert proc.returncode == 0, proc.stderr[-2000:]
         state = json.loads((out / "checkpoint-2" / "trainer_state.json").read_text())
         assert state["global_step"] == 2
-        if recipe != "gsm8k_grpo":
+        if recipe in ("tool_use_grpo", "search_agent_grpo"):
             calls = [log["tools/call_frequency"] for log in state["log_history"] if "tools/call_frequency" in log]
             assert len(calls) == 2 and all(calls), (recipe, calls)
+    judge_server.shutdown()
 
 
 @pytest.mark.slow  # needs the thinking kit (70 s to build): with the thinking checks

@@ -12,6 +12,7 @@ kernels, NCCL weight transfer (`--vllm_mode server`), memory use, or speed.
 """
 
 import contextlib
+import functools
 import json
 import os
 import re
@@ -25,7 +26,7 @@ from openai import OpenAI
 
 import rewards
 from conftest import ROOT, built_once, free_port
-from grpo_recipes import contract
+from grpo_recipes import contract, kit_judge
 from grpo_recipes.refusal import Refusal
 
 pytestmark = pytest.mark.vllm
@@ -186,7 +187,15 @@ RECIPE_FLAGS = {
                                       str(kit / "search_toy" / "corpus.jsonl"), "--index_dir",
                                       str(kit / "bm25_index")],
     "code_grpo": lambda kit: ["--dataset_path", str(kit / "code_toy")],
+    "judge_grpo": lambda kit: ["--dataset_path", str(kit / "passage_toy"), "--judge_base_url", kit_judge_url(),
+                               "--judge_model", kit_judge.MODEL],
 }
+
+
+@functools.lru_cache(maxsize=1)
+def kit_judge_url() -> str:
+    """The kit's stand-in judge, serving for the rest of this test process."""
+    return kit_judge.start()[1]
 
 
 @pytest.mark.parametrize("recipe", contract.RECIPES)  # a recipe missing from RECIPE_FLAGS fails here
