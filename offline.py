@@ -82,33 +82,33 @@ def _problem(rng: random.Random) -> dict:
 
 def write_toy_gsm8k(out_dir: str | Path, n_train: int = 48, n_test: int = 16, seed: int = 0) -> Path:
     """Write `train.jsonl` and `test.jsonl` of toy problems to out_dir (a folder `load_dataset` reads as two splits)."""
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    rng = random.Random(seed)
-    for split, n in (("train", n_train), ("test", n_test)):
-        with open(out_dir / f"{split}.jsonl", "w") as f:
-            for _ in range(n):
-                f.write(json.dumps(_problem(rng)) + "\n")
-    return out_dir
+    return write_splits(out_dir, _problem, n_train, n_test, seed)
 
 
 def write_toy_passages(out_dir: str | Path, n_train: int = 48, n_test: int = 16, seed: int = 0) -> Path:
     """Write toy passage questions for judge_grpo.py: a passage of four facts ("Ava's kite is red."), a question about
-    one ("What colour is Ava's kite?") and its `reference` colour, which only the kit's judge and the experiments'
-    gold score read (grpo_recipes/kit_judge.py): the recipe itself never sees it."""
+    one ("What colour is Ava's kite?") and its `reference` colour, for your own checks: the recipe never reads it, and
+    the kit's judge reads the passage, as a model judge would (grpo_recipes/kit_judge.py)."""
     from grpo_recipes.kit_judge import COLOURS
 
+    def passage(rng: random.Random) -> dict:
+        facts = [(name, rng.choice(THINGS), rng.choice(COLOURS)) for name in rng.sample(NAMES, 4)]
+        name, thing, colour = rng.choice(facts)
+        return {"context": " ".join(f"{n}'s {t} is {c}." for n, t, c in facts),
+                "question": f"What colour is {name}'s {thing}?", "reference": colour}
+
+    return write_splits(out_dir, passage, n_train, n_test, seed)
+
+
+def write_splits(out_dir: str | Path, make_row, n_train: int, n_test: int, seed: int) -> Path:
+    """`train.jsonl` and `test.jsonl` in out_dir, of rows `make_row(rng)` draws from one seeded generator."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     rng = random.Random(seed)
     for split, n in (("train", n_train), ("test", n_test)):
         with open(out_dir / f"{split}.jsonl", "w") as f:
             for _ in range(n):
-                facts = [(name, rng.choice(THINGS), rng.choice(COLOURS)) for name in rng.sample(NAMES, 4)]
-                name, thing, colour = rng.choice(facts)
-                row = {"context": " ".join(f"{n}'s {t} is {c}." for n, t, c in facts),
-                       "question": f"What colour is {name}'s {thing}?", "reference": colour}
-                f.write(json.dumps(row) + "\n")
+                f.write(json.dumps(make_row(rng)) + "\n")
     return out_dir
 
 
