@@ -44,19 +44,27 @@ def grade(task: str, response: str) -> int:
     return 9 if len(response.split()) <= 12 else 6
 
 
-def reply(request: str) -> str:
-    """The judge's reply to one user message from judge.py: a verdict for each fenced response, or "OK"."""
+def grade_each(task: str, responses: dict[str, str]) -> dict[str, int]:
+    """{label: grade} for one request's responses, each graded alone."""
+    return {label: grade(task, text) for label, text in responses.items()}
+
+
+def reply(request: str, grader=grade_each) -> str:
+    """The judge's reply to one user message from judge.py: a verdict for each fenced response (`grader(task,
+    {label: response})`, where a pointwise request's one label is "score"), or "OK"."""
     asked = re.search(r"End with this line: VERDICT (\w+):", request)
     if not asked:
         return "OK"
     nonce = asked.group(1)
     task = re.search(rf"<task-{nonce}>\n(.*?)\n</task-{nonce}>", request, re.DOTALL)
     fences = re.findall(rf"<response-{nonce}( \w+|)>\n(.*?)\n</response-{nonce}\1>", request, re.DOTALL)
-    grades = {label.strip() or "score": grade(task.group(1) if task else "", text) for label, text in fences}
+    grades = grader(task.group(1) if task else "", {label.strip() or "score": text for label, text in fences})
     return f"Each response checked against the colour the passage gives.\nVERDICT {nonce}: {json.dumps(grades)}"
 
 
 class Handler(BaseHTTPRequestHandler):
+    grader = staticmethod(grade_each)
+
     def log_message(self, *args):  # quiet: a training run's log is the place to read
         pass
 
@@ -67,7 +75,7 @@ class Handler(BaseHTTPRequestHandler):
         body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
         messages = body.get("messages") or [{"content": ""}]
         asked = str(messages[-1].get("content") or "")
-        content = reply(asked)
+        content = reply(asked, self.grader)
         self.send_json({"id": "kit-judge", "object": "chat.completion", "created": 0, "model": body.get("model", MODEL),
                         "choices": [{"index": 0, "finish_reason": "stop",
                                      "message": {"role": "assistant", "content": content}}],
@@ -83,9 +91,11 @@ class Handler(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
 
-def start(port: int = 0) -> tuple[ThreadingHTTPServer, str]:
-    """The judge serving in a background thread on 127.0.0.1 (port 0: a free one); its server and base URL."""
-    server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+def start(port: int = 0, grader=grade_each) -> tuple[ThreadingHTTPServer, str]:
+    """The judge serving in a background thread on 127.0.0.1 (port 0: a free one); its server and base URL. `grader`
+    replaces the program's grades (experiments/judge_demo.py serves a learned judge through it)."""
+    handler = type("GradingHandler", (Handler,), {"grader": staticmethod(grader)})
+    server = ThreadingHTTPServer(("127.0.0.1", port), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server, f"http://127.0.0.1:{server.server_address[1]}/v1"
 
