@@ -13,7 +13,8 @@ The completion is fenced by that nonce too, and the system prompt says it is unt
 
 A run can afford and survive it: requests run in a bounded pool, retried with backoff on 429 and 5xx (the openai
 client), the batch has a deadline, verdicts are cached on (rubric, prompt, completion[s]), and a failed or unparseable
-verdict is None (TRL skips it: no opinion, never a 0 that looks like a judgement). Each judge counts its calls,
+verdict is None (no opinion, never a 0 that looks like a judgement; by default for the prompt's whole group, since
+TRL sums a lone None as 0 beside another reward). Each judge counts its calls,
 failures, cache hits, tokens and seconds (and cost, given `prices`); as a StepHooks it adds them to each logged step
 (`judge/<name>/...`). As a service (`Setup.services`), `start()` asks once before training, so a judge that cannot be
 reached is one line.
