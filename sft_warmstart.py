@@ -117,13 +117,15 @@ def rollout_conversations(path: str, min_reward: float | None, best_of: int) -> 
     """Rejection sampling: per prompt, the best `best_of` distinct rollouts whose total is at least min_reward (None:
     above 0). Refuses, naming the best total, when none is kept."""
     rows = rollout_rows(path)
-    scored = [row for row in rows if row.get("error") is None]
+    # A rollout the rubric's first reward (the correctness check, or the judge) had no opinion on is not vouched for:
+    # its total counts that None as 0, so a judge that failed would otherwise pass it at --min_reward 0.
+    scored = [row for row in rows if row.get("error") is None and _first_score(row) is not None]
     by_prompt = {}
     for row in scored:
         if row["total"] > 0 if min_reward is None else row["total"] >= min_reward:
             by_prompt.setdefault(json.dumps(row["prompt"]), []).append(row)
     if not by_prompt:
-        raise Refusal(_nothing_kept(path, min_reward, len(rows), max((row["total"] for row in scored), default=None)))
+        raise Refusal(_nothing_kept(path, min_reward, rows, max((row["total"] for row in scored), default=None)))
     conversations = []
     for group in by_prompt.values():
         seen = set()
@@ -155,9 +157,17 @@ def rollout_rows(path: str) -> list[dict]:
     return rows
 
 
-def _nothing_kept(path: str, min_reward: float | None, rows: int, best: float | None) -> str:
+def _first_score(row: dict) -> float | None:
+    """The rollout's score from the rubric's first reward: evaluate.py writes `scores` in the rubric's order."""
+    return next(iter(row.get("scores", {}).values()), 0.0)  # a file without scores: its total alone decides
+
+
+def _nothing_kept(path: str, min_reward: float | None, rows: list[dict], best: float | None) -> str:
     if best is None:
-        return (f"{path}: every one of its {rows} rollouts failed (see their `error`): nothing to keep" if rows else
+        failed = sum(row.get("error") is not None for row in rows)
+        return (f"{path}: of its {len(rows)} rollouts {failed} failed (see their `error`) and "
+                f"{len(rows) - failed} got no opinion from the rubric's first reward (a judge that failed, or no "
+                "gold to check): nothing to keep" if rows else
                 f"{path} holds no rollouts: write them with evaluate.py --out")
     kept = "scored above 0" if min_reward is None else f"reached --min_reward {min_reward:g}"
     return (f"{path}: no rollout {kept}; the best total is {best:g}. Pass --min_reward {best:g} to keep the best "

@@ -114,8 +114,10 @@ def test_a_judge_that_cannot_be_reached_is_one_line_before_the_model_loads(base_
     assert "Traceback" not in proc.stderr and not (out / "checkpoint-2").exists()
 
 
-def test_evaluate_scores_an_api_models_answers_with_the_judge(reader_server, base_kit, judge_server, tmp_path, capsys):
+def test_evaluate_scores_an_api_models_answers_and_sft_keeps_what_the_judge_vouched_for(
+        reader_server, base_kit, judge_server, tmp_path, capsys):
     import evaluate
+    import sft_warmstart
 
     base_url, model = reader_server  # a tiny model that answers "Nothing relevant.": the judge gives it 0, not None
     out = tmp_path / "rollouts.jsonl"
@@ -126,6 +128,18 @@ def test_evaluate_scores_an_api_models_answers_with_the_judge(reader_server, bas
     assert len(saved) == 8
     assert all(row["error"] is None and row["scores"]["group_judge_reward"] == 0.0 for row in saved)
     assert "group_judge_reward" in capsys.readouterr().out
+    # A judge that had no opinion on a rollout does not vouch for it, even at --min_reward 0.
+    for row in saved:
+        if row["example"] == 0:
+            row["scores"]["group_judge_reward"] = None
+    out.write_text("".join(json.dumps(row) + "\n" for row in saved))
+    kept = sft_warmstart.rollout_conversations(str(out), min_reward=0.0, best_of=8)
+    assert [c["messages"][1]["content"] for c in kept] == [next(row["prompt"][1]["content"] for row in saved if row["example"] == 1)]
+    model_dir = sft_warmstart.main(["--recipe", "judge_grpo", "--source", "rollouts", "--rollouts", str(out),
+                                    "--min_reward", "0", "--model_name_or_path", str(base_kit / "tiny-qwen2"),
+                                    "--output_dir", str(tmp_path / "sft"), "--max_steps", "1", "--use_cpu",
+                                    "--gradient_checkpointing", "false", "--per_device_train_batch_size", "2"])
+    assert (model_dir / "model.safetensors").exists()
 
 
 def test_evaluate_refuses_the_reward_model_mode_in_one_line(tmp_path):

@@ -52,6 +52,20 @@ def test_rejection_sampling_keeps_the_best_distinct_rollouts_per_prompt(tmp_path
     assert at_zero[-1]["messages"][-1]["content"] == "zero"  # at or above the threshold: 0.0 keeps 0.0
 
 
+def test_a_rollout_the_first_reward_had_no_opinion_on_is_never_kept(tmp_path):
+    def row(text, judge, error=None):  # a failed judge is None, which evaluate.py's total counts as 0
+        return {"prompt": [{"role": "user", "content": "q"}], "completion": [{"role": "assistant", "content": text}],
+                "scores": {"judge": judge, "length": 0.0}, "total": judge or 0.0, "error": error}
+
+    path = tmp_path / "rollouts.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in [row("judged", 0.0), row("unjudged", None)]))
+    assert [c["messages"][-1]["content"] for c in sft_warmstart.rollout_conversations(
+        str(path), min_reward=0.0, best_of=4)] == ["judged"]
+    path.write_text(json.dumps(row("unjudged", None)) + "\n" + json.dumps(row("failed", 1.0, error="APIError")) + "\n")
+    with pytest.raises(Refusal, match="of its 2 rollouts 1 failed .* and 1 got no opinion from the rubric's first"):
+        sft_warmstart.rollout_conversations(str(path), min_reward=0.0, best_of=4)
+
+
 @pytest.mark.parametrize("min_reward, totals, advice", [
     (None, [0.0, 0.0], "no rollout scored above 0; the best total is 0. Pass --min_reward 0 "),
     (2.0, [0.5, 1.5], "no rollout reached --min_reward 2; the best total is 1.5. Pass --min_reward 1.5 "),
