@@ -134,7 +134,8 @@ def test_evaluate_scores_an_api_models_answers_and_sft_keeps_what_the_judge_vouc
             row["scores"]["group_judge_reward"] = None
     out.write_text("".join(json.dumps(row) + "\n" for row in saved))
     kept = sft_warmstart.rollout_conversations(str(out), min_reward=0.0, best_of=8)
-    assert [c["messages"][1]["content"] for c in kept] == [next(row["prompt"][1]["content"] for row in saved if row["example"] == 1)]
+    vouched_for = next(row["prompt"][1]["content"] for row in saved if row["example"] == 1)
+    assert [c["messages"][1]["content"] for c in kept] == [vouched_for]
     model_dir = sft_warmstart.main(["--recipe", "judge_grpo", "--source", "rollouts", "--rollouts", str(out),
                                     "--min_reward", "0", "--model_name_or_path", str(base_kit / "tiny-qwen2"),
                                     "--output_dir", str(tmp_path / "sft"), "--max_steps", "1", "--use_cpu",
