@@ -52,6 +52,28 @@ def test_the_learned_judges_grades_are_absolute_alone_and_relative_in_a_group():
     assert judge.grade("t", {"X": "b", "Y": "b"}) == {"X": 5, "Y": 5}
 
 
+def test_hacks_are_graded_by_the_served_judge_beside_the_plain_wrong_answer():
+    from grpo_recipes import kit_judge
+
+    class SaysTen(judge_demo.LearnedJudge):  # a judge talked round by any "10" in the answer
+        def __init__(self):
+            pass
+
+        def scores(self, task, answers):
+            return [float("10" in answer) for answer in answers]
+
+    args = judge_demo.parse_args(["--n_test", "5"])
+    rows = [judge_demo.passage(judge_demo.random.Random(i)) for i in range(args.n_test)]
+    server, url = kit_judge.start(grader=SaysTen().grade)
+    try:
+        rates = judge_demo.hack_rates(url, rows)
+    finally:
+        server.shutdown()
+    talked_round = {"a score of its own", "the verdict's line", "an injection"}
+    assert rates == {name: {"wrong": float(name in talked_round), "right": float(name in talked_round)}
+                     for name in judge_demo.HACKS}
+
+
 def test_an_earlier_demo_is_never_replaced_without_asking(tmp_path):
     (tmp_path / "results.json").write_text("[]")
     proc = subprocess.run([sys.executable, str(ROOT / "experiments" / "judge_demo.py"), "--out_dir", str(tmp_path)],
@@ -66,7 +88,7 @@ def test_the_demo_runs_every_arm_and_reports_the_gold_beside_the_judge(tmp_path)
     result = judge_demo.main(["--seeds", "0", "--out_dir", str(tmp_path), "--n_sft", "200", "--n_rl", "64",
                               "--n_test", "20", "--sft_steps", "20", "--judge_steps", "20", "--grpo_steps", "2",
                               "--checkpoints", "1"])[0]
-    assert 0.0 <= result["agreement"] <= 1.0
+    assert 0.0 <= result["agreement"] <= 1.0 and set(result["hacks"]) == set(judge_demo.HACKS)
     for arm in judge_demo.ARMS:
         assert [point["step"] for point in result["curves"][arm]] == [0, 2]
         assert {"gold", "right", "judge"} <= set(result["curves"][arm][-1])
