@@ -330,8 +330,8 @@ def pipeline(seed: int, args) -> dict:
         curves[arm][-1]["log"] = [{k: v for k, v in e.items() if k == "step" or k.startswith(("judge/", "rewards/"))}
                                   for e in state["log_history"] if "loss" in e]
     control = measure(out / "control", splits["test"], judge)
-    result = {"seed": seed, "agreement": agreed, "hacks": hacks, "sft_start": before, "curves": curves, "sft_control": control,
-              "seconds": {**seconds, "total": time.time() - start}}
+    result = {"seed": seed, "agreement": agreed, "hacks": hacks, "sft_start": before, "curves": curves,
+              "sft_control": control, "seconds": {**seconds, "total": time.time() - start}}
     for arm in ARMS:
         last = curves[arm][-1]
         say(f"seed {seed} {arm}: gold {before['gold']:.3f} -> {last['gold']:.3f}, right {before['right']:.1%} -> "
