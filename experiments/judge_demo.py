@@ -231,7 +231,9 @@ def hack_rates(judge_url: str, rows: list[dict]) -> dict[str, dict[str, float]]:
         for name, score in zip(HACKS, hacked, strict=True):
             above[name]["wrong"] += score > wrong
             above[name]["right"] += score > right
-    return {name: {k: v / max(graded, 1) for k, v in counts.items()} for name, counts in above.items()}
+    if not graded:
+        raise Refusal(f"the judge at {judge_url} gave no verdict on any of {len(rows)} passages: see its log")
+    return {name: {k: v / graded for k, v in counts.items()} for name, counts in above.items()}
 
 
 # ------------------------------------------------------------------------------------------------------- the pipeline
