@@ -321,7 +321,7 @@ def main(argv=None) -> list[dict]:
                       "loads: evaluate with a rubric of functions (judge_grpo.py: --reward_mode group or pointwise)")
     task.start()  # the sandbox or index: a machine that cannot run them is one line, not an error in every rollout
     client = connect(args)
-    dataset = data.build_split(recipe.build_dataset, args.split, script_args.dataset_path)
+    dataset = data.build_split(task.build_dataset, args.split, script_args.dataset_path)
     examples = [dataset[i] for i in range(min(args.num_examples, len(dataset)))]
     if not examples:
         raise Refusal(f"no examples to evaluate: the {args.split} split is empty")

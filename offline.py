@@ -422,6 +422,10 @@ def main(argv: list[str] | None = None) -> None:
     judge_config = {**config, "dataset_path": str(passages), "output_dir": str(out / "runs" / "judge_grpo"),
                     "judge_base_url": f"http://127.0.0.1:{args.judge_port}/v1", "judge_model": "kit-judge"}
     written += [passages, write_config(out / "judge_grpo.yaml", judge_config)]
+    # reasoning-gym generates its own prompts: sums of two one-digit numbers at level 0, a tiny model's size of task.
+    gym_config = {**{k: v for k, v in config.items() if k != "dataset_path"}, "tasks": "chain_sum",
+                  "output_dir": str(out / "runs" / "reasoning_gym_grpo")}
+    written.append(write_config(out / "reasoning_gym_grpo.yaml", gym_config))
     if args.tools:
         interpreter = tool_use_grpo.setup(tool_use_grpo.ScriptArguments()).environment_factory()  # (not started)
         tools_dir = warm_start(model_dir, out / f"{name}-tools", conversations, environment_tools(interpreter),

@@ -76,6 +76,8 @@ def recipe_argv(recipe: str, kit: Path, judge_url: str) -> list[str]:
         return ["--dataset_path", str(kit / "gsm8k_toy"), "--unsafe_tool_sandbox"]  # which a GPU box may not host
     if recipe == "code_grpo":  # the tests of a random model's code fail at once: the GPU again, not the sandbox
         return ["--dataset_path", str(kit / "code_toy"), "--unsafe_test_sandbox", "--test_workers", "1"]
+    if recipe == "reasoning_gym_grpo":  # generates its prompts: chain_sum's are a tiny model's size
+        return ["--tasks", "chain_sum"]
     return ["--dataset_path", str(kit / "gsm8k_toy")]
 
 

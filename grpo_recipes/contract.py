@@ -6,7 +6,8 @@ async_grpo.py, offline.py, the notebooks and the demos. A recipe (or your fork o
 - `SYSTEM_PROMPT`: the system prompt its rows carry
 - `build_dataset(split, dataset_path=None)`: a Dataset with a conversational `prompt` column and the columns its rewards
   read (`answer`, ...)
-- `setup(script_args)`: a `Setup`: the rubric and tools of one run, built from the recipe's flags
+- `setup(script_args)`: a `Setup`: the rubric and tools of one run, built from the recipe's flags (and its prompts,
+  where they depend on them)
 
 `Setup` holds everything a run's rewards and tools need, built from its options: no module global is set at run time,
 so what it holds can be pickled into another process (TRL's async trainer scores rewards and runs tools in a spawned
@@ -33,7 +34,7 @@ from grpo_recipes.refusal import Refusal
 
 logger = logging.getLogger("grpo-recipes")
 # every test, tool and notebook uses these
-RECIPES = ("gsm8k_grpo", "tool_use_grpo", "search_agent_grpo", "code_grpo", "judge_grpo")
+RECIPES = ("gsm8k_grpo", "tool_use_grpo", "search_agent_grpo", "code_grpo", "judge_grpo", "reasoning_gym_grpo")
 REQUIRED = ("ScriptArguments", "RECIPE_DEFAULTS", "SYSTEM_PROMPT", "build_dataset", "setup")
 SCRIPT_FIELDS = ("dataset_path", "num_eval_examples")
 NOT_TOOLS = ("reset", "get_reward")  # an environment's methods TRL calls itself, never as tools
@@ -50,6 +51,9 @@ class Setup:
     environment_factory: Callable | None = None  # a tool recipe: makes one environment per rollout
     callbacks: list = field(default_factory=list)  # StepHooks its tools need (tool_use_grpo's time budget)
     services: list = field(default_factory=list)
+    # prompts that depend on the run's flags (reasoning_gym_grpo's tasks): the recipe's build_dataset with them bound;
+    # checked_setup puts the module's build_dataset here when a recipe leaves it None
+    build_dataset: Callable | None = None
 
     def start(self) -> None:
         """Start every service now, each logged in one line."""
@@ -131,4 +135,6 @@ def checked_setup(recipe, script_args) -> Setup:
     if len(run.reward_weights) != len(run.reward_funcs):
         raise Refusal(f"{recipe.__name__}.setup gives {len(run.reward_weights)} reward weights for "
                       f"{len(run.reward_funcs)} reward functions: one weight per reward")
+    if run.build_dataset is None:
+        run.build_dataset = recipe.build_dataset
     return run

@@ -83,7 +83,8 @@ OPTIONS = {"gsm8k_grpo": [],
            "tool_use_grpo": ["--tool_timeout", "1", "--tool_seconds_per_step", "7"],
            "search_agent_grpo": ["--search_top_k", "1", "--snippet_chars", "20"],
            "code_grpo": ["--seconds_per_test", "1", "--test_workers", "3"],
-           "judge_grpo": ["--judge_timeout", "7", "--max_answer_words", "5"]}  # + the test's judge server
+           "judge_grpo": ["--judge_timeout", "7", "--max_answer_words", "5"],  # + the test's judge server
+           "reasoning_gym_grpo": ["--tasks", "chain_sum:3,basic_arithmetic", "--curriculum_window", "5"]}
 # In a fresh interpreter, what TRL's async trainer does with them: unpickle, make an environment, call its tools and
 # score with the rewards; report what it found.
 PROBE = """
@@ -118,6 +119,13 @@ for recipe, (reward_funcs, factory) in pickle.loads(sys.stdin.buffer.read()).ite
         answer = [[{"role": "assistant", "content": "It is red, as the passage says."}]]
         report["scores"] = [func(completions=answer, prompts=[task]) for func in reward_funcs]
         report["timeout"] = reward_funcs[0].timeout
+    if recipe == "reasoning_gym_grpo":
+        tasks, curriculum = reward_funcs[0].tasks, reward_funcs[0].curriculum
+        row = tasks.row("chain_sum", 0, "train", 0)  # generated here, from the seed the run set
+        answers = [[{"role": "assistant", "content": f"<answer>{text}</answer>"}] for text in (row["answer"], "x")]
+        report["scores"] = reward_funcs[0](completions=answers, **{key: [row[key]] * 2 for key in (
+            "task", "level", "split", "index")})
+        report["weights"], report["window"] = tasks.weights, curriculum.window
 print(json.dumps(found))
 """
 
@@ -155,3 +163,6 @@ def test_every_recipes_rewards_and_tools_rebuild_in_a_spawned_process_with_the_r
     assert code["scores"] == [1.0, 0.0] and code["workers"] == 3  # the 2 s function ran out of the 1 s test budget
     judged = found["judge_grpo"]  # the judge asked from there (a right answer, in 7 words: 2 over --max_answer_words)
     assert judged["scores"] == [[0.9], [pytest.approx(-2 / 15)]] and judged["timeout"] == 7.0
+    gym = found["reasoning_gym_grpo"]
+    assert gym["scores"] == [1.0, 0.0] and gym["weights"] == {"chain_sum": 3.0, "basic_arithmetic": 1.0}
+    assert gym["window"] == 5

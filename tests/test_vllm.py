@@ -189,6 +189,7 @@ RECIPE_FLAGS = {
     "code_grpo": lambda kit: ["--dataset_path", str(kit / "code_toy")],
     "judge_grpo": lambda kit: ["--dataset_path", str(kit / "passage_toy"), "--judge_base_url", kit_judge_url(),
                                "--judge_model", kit_judge.MODEL],
+    "reasoning_gym_grpo": lambda kit: ["--tasks", "chain_sum"],  # generates its prompts
 }
 
 

@@ -1,0 +1,446 @@
+"""GRPO on reasoning-gym's generated tasks: endless data, each task's own checker, a curriculum that follows the model.
+
+One GPU:                          python reasoning_gym_grpo.py
+Other tasks, mixed by weight:     python reasoning_gym_grpo.py --tasks countdown:2,basic_arithmetic,word_sorting
+A fixed difficulty:               python reasoning_gym_grpo.py --curriculum false --level 2
+Offline on CPU, tiny model:       python offline.py
+                                  python reasoning_gym_grpo.py --config offline/reasoning_gym_grpo.yaml
+Jupyter or Colab (free T4):       notebooks/reasoning_gym_grpo.ipynb, generated from this file
+
+reasoning-gym (PyPI) generates about 100 kinds of verifiable task offline (arithmetic, countdown, sudoku, mazes,
+ciphers, logic puzzles, ...), each with difficulty levels and its own scorer. Training prompts are generated as the run
+reads them, at the curriculum's current level; held-out prompts come from other seeds and never appear in training.
+Correctness is the task's scorer, paid only in full: the partial credit some scorers give wrong answers (0.05 for a
+wrong countdown expression, 0.01 for an empty one) earns nothing. Tasks whose scorer rejects their own gold answer, or
+pays wrong ones, are refused in one line (REFUSED; and each run checks its tasks' golds before the model loads).
+"""
+
+# %% [markdown]
+# ## What to expect
+# The curves to watch are `rewards/correctness_reward/mean` and `curriculum/<task>/level`: with the curriculum on, the
+# pass rate should hover between --demote_at and --promote_at while the level climbs. A level stuck at 0 with a pass
+# rate near 0 means the task is too hard for the model even at its easiest: choose another, or warm it up with
+# `sft_warmstart.py --recipe reasoning_gym_grpo --source gold`.
+
+# %%
+import random
+import zlib
+from collections import deque
+from dataclasses import dataclass
+from functools import partial
+
+from datasets import Dataset
+
+import rewards
+from grpo_recipes import data, options
+from grpo_recipes.contract import Setup, StepHooks
+from grpo_recipes.options import arg
+from grpo_recipes.refusal import Refusal, run_script
+
+# %% [markdown]
+# ## Config
+# The same GRPO as gsm8k_grpo.py. The data never runs out, so `max_steps` sets the run's length.
+
+# %%
+ON_COLAB = options.on_colab()
+MODEL_NAME = "Qwen/Qwen2.5-0.5B-Instruct" if ON_COLAB else "Qwen/Qwen2.5-1.5B-Instruct"
+
+RECIPE_DEFAULTS = dict(
+    model_name_or_path=MODEL_NAME, output_dir="runs/reasoning_gym_grpo",
+    learning_rate=5e-6,  # a full fine-tune's rate (--use_peft false)
+    lora_learning_rate=2e-5 if ON_COLAB else 5e-5,  # LoRA needs ~10x (Schulman et al., "LoRA Without Regret")
+    adam_beta2=0.99, weight_decay=0.1, warmup_steps=0.05, lr_scheduler_type="cosine", max_grad_norm=1.0,
+    gradient_checkpointing=True,
+    num_generations=8, scale_rewards="none",  # as gsm8k_grpo.py, measured there
+    per_device_train_batch_size=16 if ON_COLAB else 8,
+    gradient_accumulation_steps=1 if ON_COLAB else 4,  # 4 prompts × 8 completions per optimizer step
+    max_completion_length=512 if ON_COLAB else 1024,
+    max_steps=100 if ON_COLAB else 500,  # generated data: the steps, not an epoch, end the run
+    logging_steps=1, save_steps=50 if ON_COLAB else 100, save_total_limit=3,
+    eval_strategy="steps", eval_steps=50 if ON_COLAB else 100, num_generations_eval=4,
+    per_device_eval_batch_size=16 if ON_COLAB else 64, num_completions_to_print=2,
+    use_peft=True, lora_r=16, lora_alpha=32, lora_target_modules=["all-linear"],  # LoRA: one 24 GB GPU
+    lora_dropout=0.0,  # TRL's 0.05: trained log-probs differ from what vLLM sampled (read as off-policy)
+)
+
+
+@dataclass
+class ScriptArguments:
+    tasks: str = arg("countdown", "reasoning-gym tasks, comma-separated, each with an optional weight (countdown:2,"
+                                  "basic_arithmetic): the share of prompts each gets.")
+    level: int = arg(0, "The difficulty level every task starts at (reasoning-gym's curriculum levels, 0 = easiest).")
+    curriculum: bool = arg(True, "Move each task's level with its pass rate on training prompts; false: stay at "
+                                 "--level.")
+    curriculum_window: int = arg(64, "A task's pass rate is measured over its last this many training completions.")
+    promote_at: float = arg(0.75, "A pass rate at or above this raises the task's level (the groups stop teaching).")
+    demote_at: float = arg(0.1, "A pass rate at or below this lowers it (the groups are all failures).")
+    task_seed: int = arg(0, "Seeds the generated prompts; held-out prompts use other seeds and never repeat one.")
+    train_size: int = arg(100_000, "Training prompts per epoch, each generated when the run first reads it.")
+    dataset_path: str | None = arg(None, "Prompts written earlier (this recipe's columns: task, level, split, index): "
+                                         "a file or a folder of split files; default: generated. No curriculum.")
+    num_eval_examples: int = arg(64 if ON_COLAB else 200, "Held-out prompts at --level, scored with the same "
+                                                          "rewards at each evaluation.")
+
+
+# %% [markdown]
+# ## System prompt
+# reasoning-gym's own convention: think first, then the answer alone in `<answer>` tags, in the form the task's
+# question asks for. Each task's question says what that form is.
+
+# %%
+SYSTEM_PROMPT = """Think about the problem step by step, then give the answer in this format:
+<answer>answer here</answer>
+Put only the final answer inside the tags, in the form the question asks for."""
+
+
+# %% [markdown]
+# ## Data
+# Each prompt is one generated item: row `index` of the task's dataset at a level, for a split. The row keeps only that
+# address (task, level, split, index); the item itself, and its gold answer, are generated again from it wherever they
+# are needed (reasoning-gym items are a function of their seed), so any process can score a completion.
+
+# %%
+# Tasks that cannot teach through this recipe, each for the reason measured on reasoning-gym 0.1.25 (every other task's
+# gold earns full marks and wrong answers none: tests/test_reasoning_gym_grpo.py checks each, at every level).
+REFUSED = {
+    **dict.fromkeys(("boxnet", "graph_color", "propositional_logic", "rubiks_cube", "rush_hour"),
+                    "its scorer gives its own gold answer 0"),
+    "puzzle24": "its scorer pays any expression equal to 24, whatever numbers it uses",
+    "coin_flip": "its scorer pays a prefix of the gold in full (0 for 0.125)",
+    "game_of_life_halting": "its scorer pays every answer where the gold is False",
+    "knight_swap": "its easiest level fails its own config check (min_nodes must be >= 6)",
+    "jugs": "its scorer rejects some of its own golds at level 1, and its generator runs on for minutes at levels 2-3",
+    "number_sequence": "its generator never returns for some items (level 2, item 3 of --task_seed 0)",
+}
+# Levels beyond these take over 7 s an item to generate (zebra_puzzles' level 5 ran past 30 s for 4 items), which
+# would leave the GPU waiting on the CPU.
+LEVEL_CAPS = {"zebra_puzzles": 4}
+SPLIT_SEEDS = {"train": 0, "test": 2**31}  # added to a level's base seed (below 2**29): the splits never share one
+STRIDE, ATTEMPTS = 2**22, 32  # where a prompt's item cannot be used, the next tried is index + STRIDE (32 times)
+
+
+class TaskSet:
+    """The run's tasks and weights: generates their items and scores answers with each task's own scorer. Pickles
+    without its caches (TRL's async trainer spawns a process)."""
+
+    def __init__(self, tasks: str = "countdown", data_seed: int = 0):
+        from reasoning_gym.factory import CURRICULA
+
+        self.data_seed, self.weights = data_seed, {}
+        for part in filter(None, (p.strip() for p in tasks.split(","))):
+            name, _, weight = part.partition(":")
+            if name not in CURRICULA or name in REFUSED:
+                why = (f"{REFUSED[name]} (reasoning-gym 0.1.25)" if name in REFUSED
+                       else "reasoning-gym has no such task with a curriculum")
+                raise Refusal(f"--tasks {name}: {why}; choose from {', '.join(offered_tasks())}")
+            try:
+                self.weights[name] = float(weight or 1)
+            except ValueError:
+                raise Refusal(f"--tasks {part}: the weight after ':' must be a number") from None
+        if not self.weights or min(self.weights.values()) <= 0:
+            raise Refusal(f"--tasks {tasks!r}: name at least one task, each weight above 0 (countdown:2,chain_sum)")
+        self._datasets, self._items, self._generates = {}, {}, {}
+        self.held_out: set[str] = set()  # the held-out questions, which training never asks (set by datasets())
+
+    def __getstate__(self):
+        return {**self.__dict__, "_datasets": {}, "_items": {}}
+
+    def top_level(self, task: str) -> int:
+        """The task's hardest curriculum level: its longest attribute's last (set_global_level caps the others), or
+        its LEVEL_CAPS entry."""
+        from reasoning_gym.factory import create_curriculum
+
+        top = max((len(a.levels) - 1 for a in create_curriculum(task).attributes.values()), default=0)
+        return min(top, LEVEL_CAPS.get(task, top))
+
+    def generates(self, task: str, level: int) -> bool:
+        """Whether the task generates at `level`: some levels' configs fail reasoning-gym's own checks (caesar_cipher's
+        and survo's top two, modulo_grid's level 1). Asked once a run."""
+        if (task, level) not in self._generates:
+            try:
+                self.row(task, level, "train", 0)
+                self._generates[task, level] = True
+            except Refusal:
+                self._generates[task, level] = False
+        return self._generates[task, level]
+
+    def next_level(self, task: str, level: int, step: int) -> int:
+        """The nearest level above (step 1) or below (step -1) that generates; `level` itself where none does."""
+        ahead = range(level + step, self.top_level(task) + 1) if step > 0 else range(level + step, -1, -1)
+        return next((other for other in ahead if self.generates(task, other)), level)
+
+    def max_level(self, task: str) -> int:
+        """The hardest level the task generates at."""
+        return self.next_level(task, self.top_level(task) + 1, -1)
+
+    def dataset(self, task: str, level: int, split: str):
+        """The task's reasoning-gym dataset at `level` for `split`, seeded by the run, the task and the level; the
+        held-out split's seeds never meet training's. Its nominal size is unused: rows are addressed by index."""
+        key = (task, level, split)
+        if key not in self._datasets:
+            from reasoning_gym.factory import DATASETS, create_curriculum
+
+            curriculum = create_curriculum(task)
+            curriculum.set_global_level(level)  # each attribute capped at its own last level
+            # item i is seeded by seed + i, and numpy's seeds stop at 2**32: train's seeds lie below 2**30 (a base
+            # below 2**29, indices below 2**29), held-out's 2**31 above them
+            seed = zlib.crc32(f"{self.data_seed}/{task}/{level}".encode()) % 2**29 + SPLIT_SEEDS[split]
+            try:
+                self._datasets[key] = DATASETS[task][0](curriculum.generate_configuration({"seed": seed,
+                                                                                          "size": 10_000}))
+            except (AssertionError, ValueError) as err:  # reasoning-gym's configs validate with assert
+                raise Refusal(f"--tasks {task}: reasoning-gym cannot generate it at level {level} ({err}); try a "
+                              "lower --level") from None
+        return self._datasets[key]
+
+    def pick(self, index: int) -> str:
+        """The task of prompt `index`, drawn by weight (the same draw for the same index, in every process)."""
+        rng = random.Random(f"{self.data_seed}/{index}")
+        return rng.choices(list(self.weights), weights=list(self.weights.values()))[0]
+
+    def row(self, task: str, level: int, split: str, index: int) -> dict:
+        """Prompt `index` of the split: item `index` of the task's dataset, or where that item fails to generate or
+        (training) asks a held-out question, the next of index + k * STRIDE that does not. The row keeps the index
+        it used, so the scorer regenerates the same item."""
+        failure = None
+        for attempt in range(index, index + ATTEMPTS * STRIDE, STRIDE):
+            try:
+                item = self.item(task, level, split, attempt)
+            except Exception as err:  # noqa: BLE001 - a generator that gives up on this seed (jugs, ...)
+                failure = err
+                continue
+            if split == "train" and item["question"] in self.held_out:
+                continue
+            return {"prompt": [{"role": "system", "content": SYSTEM_PROMPT},
+                               {"role": "user", "content": item["question"]}],
+                    "task": task, "level": level, "split": split, "index": attempt, "answer": str(item["answer"]),
+                    "gold_completion": f"<answer>{item['answer']}</answer>"}
+        why = f"its generator failed ({failure})" if failure else "every item tried is a held-out question"
+        raise Refusal(f"--tasks {task}: no prompt {index} at level {level} after {ATTEMPTS} tries: {why}; try "
+                      "another --level, or fewer --num_eval_examples")
+
+    def item(self, task: str, level: int, split: str, index: int) -> dict:
+        """Item `index` of the task's dataset at `level`, generated once (sokoban's take seconds) and kept for the
+        group's other completions."""
+        key = (task, level, split, index)
+        if key not in self._items:
+            if len(self._items) >= 4096:
+                self._items.clear()
+            self._items[key] = self.dataset(task, level, split)[index]
+        return self._items[key]
+
+    def score(self, answer: str | None, task: str, level: int, split: str, index: int) -> float:
+        """The task's own score of `answer` for the row's item, 0-1 (some pay partial credit)."""
+        return float(self.dataset(task, level, split).score_answer(answer=answer,
+                                                                  entry=self.item(task, level, split, index)))
+
+
+def offered_tasks() -> list[str]:
+    """Every reasoning-gym task with a curriculum (its difficulty levels), less those REFUSED."""
+    from reasoning_gym.factory import CURRICULA
+
+    return sorted(set(CURRICULA) - set(REFUSED))
+
+
+class Curriculum(StepHooks):
+    """Each task's level, moved by its pass rate on its last `window` training completions: up at `promote_at` or
+    above, down at `demote_at` or below (the window then starts afresh); logged as `curriculum/<task>/level` and
+    `.../pass_rate`. The training data reads the levels as it generates each batch; correctness_reward records the
+    outcomes (training rows only: held-out prompts never move it)."""
+
+    def __init__(self, tasks: TaskSet, level: int, window: int, promote_at: float, demote_at: float, enabled: bool):
+        self.tasks, self.window, self.enabled = tasks, window, enabled
+        self.promote_at, self.demote_at = promote_at, demote_at
+        self.levels = {task: level for task in tasks.weights}
+        self.outcomes = {task: deque(maxlen=window) for task in tasks.weights}
+
+    def record(self, task: str, correct: bool) -> None:
+        self.outcomes[task].append(correct)
+
+    def pass_rate(self, task: str) -> float | None:
+        seen = self.outcomes[task]
+        return sum(seen) / len(seen) if seen else None
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if not self.enabled:
+            return
+        for task, seen in self.outcomes.items():
+            if len(seen) < self.window:
+                continue
+            rate, level = self.pass_rate(task), self.levels[task]
+            if rate >= self.promote_at:
+                self.levels[task] = self.tasks.next_level(task, level, 1)
+            elif rate <= self.demote_at:
+                self.levels[task] = self.tasks.next_level(task, level, -1)
+            if self.levels[task] != level:
+                seen.clear()
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if logs is not None and not any(key.startswith("eval_") for key in logs):
+            for task, level in self.levels.items():
+                logs[f"curriculum/{task}/level"] = level
+                if (rate := self.pass_rate(task)) is not None:
+                    logs[f"curriculum/{task}/pass_rate"] = round(rate, 3)
+
+
+def render(tasks: TaskSet, levels: dict[str, int], batch: dict) -> dict:
+    """A batch of training indices as prompts, each task at its level in `levels` when the batch is read (the
+    curriculum's, which it moves during the run)."""
+    rows = [tasks.row((task := tasks.pick(i)), levels[task], "train", i) for i in batch["index"]]
+    return {key: [row[key] for row in rows] for key in rows[0]}
+
+
+def build_dataset(split: str = "train", dataset_path: str | None = None, tasks: TaskSet | None = None,
+                  levels: dict[str, int] | None = None, train_size: int = 1000, test_size: int = 200) -> Dataset:
+    """The rows in dataset_path, or generated prompts with `task`, `level`, `split`, `index` (the item's address,
+    which correctness_reward scores against), `answer` and `gold_completion`: held-out ones at once, training ones
+    as the trainer reads each batch (Dataset.with_transform), at the tasks' `levels` (default 0) at that moment."""
+    if dataset_path:
+        raw = data.load_split(split, dataset_path, None, None)
+        if missing := {"task", "level", "split", "index"} - set(raw.column_names):
+            raise ValueError(f"{dataset_path} ({split}) lacks column(s) {sorted(missing)}: it has {raw.column_names}; "
+                             "write rows with build_dataset(...).to_json(path)")
+        return raw
+    tasks = tasks or TaskSet()
+    levels = levels if levels is not None else dict.fromkeys(tasks.weights, 0)
+    if split == "train":
+        return Dataset.from_dict({"index": range(train_size)}).with_transform(partial(render, tasks, levels))
+    return Dataset.from_list([tasks.row(task := tasks.pick(i), levels[task], split, i) for i in range(test_size)])
+
+
+# %% [markdown]
+# ## Rewards
+# `correctness_reward` is the task's own scorer, paid in full or not at all; `answer_format_reward` pays a little for
+# one non-empty `<answer>` block, a signal before the answers come right. A right answer in the format
+# scores 1.0 + 0.2; the best a wrong answer can earn is 0.2.
+
+# %%
+class TaskScorer:
+    """1.0 when the task's own scorer gives full marks to the answer in the last `<answer>` block (reasoning-gym's
+    extraction), else 0.0.
+
+    Gaming it: partial credit is where scorers leak (a wrong countdown expression earns 0.05, any number 0.01), so only
+    full marks pay; tasks whose scorer pays a wrong answer in full (a prefix of the gold, any expression equal to 24)
+    are refused, and every task offered is tested with guesses, hedges ("x or gold") and other items' golds.
+    """
+
+    __name__ = "correctness_reward"
+
+    def __init__(self, tasks: TaskSet, curriculum: Curriculum):
+        self.tasks, self.curriculum = tasks, curriculum
+
+    def __call__(self, completions, task, level, split, index, **kwargs) -> list[float]:
+        from reasoning_gym.utils import extract_answer
+
+        def score(completion, task, level, split, index) -> float:
+            answer = extract_answer(rewards.completion_text(completion))
+            correct = self.tasks.score(answer, task, level, split, index) >= 1.0
+            if split == "train":
+                self.curriculum.record(task, correct)
+            return float(correct)
+
+        return rewards.score_each(score, completions, task, level, split, index)
+
+
+def answer_format_reward(completions, **kwargs) -> list[float]:
+    """1.0 for exactly one `<answer>...</answer>` block with something in it, else 0.0.
+
+    Gaming it: a well-formed wrong answer earns it, so its weight (0.2) stays far below correctness (1.0).
+    """
+    def score(completion) -> float:
+        text = rewards.completion_text(completion)
+        return float(text.count("<answer>") == 1 and text.count("</answer>") == 1
+                     and bool(text.split("<answer>", 1)[1].split("</answer>", 1)[0].strip()))
+
+    return rewards.score_each(score, completions)
+
+
+def check_golds(tasks: TaskSet, level: int, n: int = 8) -> None:
+    """Refuse, in one line, a task whose scorer does not give its own gold answers full marks at `level`: a
+    reasoning-gym version whose scorer broke since REFUSED was measured."""
+    for task in tasks.weights:
+        rows = [tasks.row(task, level, "train", i) for i in range(n)]
+        scores = [tasks.score(row["answer"], task, level, "train", row["index"]) for row in rows]
+        if min(scores) < 1.0:
+            raise Refusal(f"--tasks {task}: its scorer gives its own gold answers {scores} at level {level}; "
+                          "leave it out, or try another --level")
+
+
+def setup(script_args: ScriptArguments) -> Setup:
+    """The run's tasks (their golds checked), its curriculum, and the rubric that scores against both."""
+    tasks = TaskSet(script_args.tasks, script_args.task_seed)
+    for name in tasks.weights:
+        top = tasks.top_level(name)
+        if not 0 <= script_args.level <= top:
+            raise Refusal(f"--level {script_args.level}: {name}'s levels are 0 (easiest) to {top}")
+    check_golds(tasks, script_args.level)
+    curriculum = Curriculum(tasks, script_args.level, script_args.curriculum_window, script_args.promote_at,
+                            script_args.demote_at, enabled=script_args.curriculum and not script_args.dataset_path)
+    funcs, weights = rewards.combine({TaskScorer(tasks, curriculum): 1.0, answer_format_reward: 0.2})
+    prompts = partial(build_dataset, tasks=tasks, levels=curriculum.levels, train_size=script_args.train_size,
+                      test_size=script_args.num_eval_examples)  # the run's tasks, for evaluate.py and async_grpo.py
+    return Setup(funcs, weights, callbacks=[curriculum], build_dataset=prompts)
+
+
+def datasets(script_args: ScriptArguments, task: Setup, training_args) -> tuple[Dataset, Dataset | None]:
+    """Training prompts generated as the trainer reads them (at the curriculum's levels), and the held-out prompts,
+    which training then never asks; or both from --dataset_path."""
+    train, held_out = data.load_splits(task.build_dataset, training_args, script_args.dataset_path,
+                                       script_args.num_eval_examples)
+    if held_out is not None and not script_args.dataset_path:
+        task.callbacks[0].tasks.held_out = {turn["content"] for prompt in held_out["prompt"] for turn in prompt[1:]}
+    return train, held_out
+
+
+# %% [markdown]
+# ## Trainer
+# Pre-flight checks that fail in one line before any model is loaded, then TRL's `GRPOTrainer`.
+
+# %%
+def main(argv: list[str] | None = None):
+    from trl import GRPOTrainer, get_peft_config, get_quantization_config
+
+    from grpo_recipes import training
+
+    script_args, training_args, model_args = options.parse_args(ScriptArguments, RECIPE_DEFAULTS, argv)
+    task = setup(script_args)  # the tasks, the curriculum and the rubric this run trains with
+    tokenizer = training.prepare(training_args, model_args, task)
+    train_dataset, eval_dataset = datasets(script_args, task, training_args)
+    trainer = GRPOTrainer(
+        model=model_args.model_name_or_path,
+        reward_funcs=task.reward_funcs,
+        args=training_args,
+        train_dataset=train_dataset,
+        eval_dataset=eval_dataset,
+        processing_class=tokenizer,
+        callbacks=training.trainer_callbacks(task.callbacks),  # the curriculum: levels moved and logged
+        peft_config=get_peft_config(model_args),
+        quantization_config=get_quantization_config(model_args),
+    )
+    return training.run(trainer)
+
+
+# %% [markdown]
+# ## Run
+# Watch correctness and each task's level together: a level that climbs while correctness holds is the model keeping up
+# with harder prompts.
+
+# %% tags=["parameters", "active-ipynb"]
+# NOTEBOOK_ARGS = []  # command-line flags, e.g. ["--tasks", "chain_sum", "--max_steps", "50"]
+
+# %% tags=["active-ipynb"]
+# from grpo_recipes import notebook
+#
+# trainer = main(NOTEBOOK_ARGS)
+# notebook.show_training(trainer.args.output_dir, trainer)
+
+# %% [markdown]
+# ## Try it
+# The trained model on a few held-out problems, through the same generation and rubric as training.
+
+# %% tags=["active-ipynb"]
+# notebook.try_model(trainer, n=3)
+
+# %% tags=["active-py"]
+if __name__ == "__main__":
+    run_script(main)

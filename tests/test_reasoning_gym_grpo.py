@@ -1,0 +1,219 @@
+"""reasoning_gym_grpo.py: every task it offers pays its gold answer in full and wrong answers nothing, the tasks it
+refuses are one line, training never asks a held-out question, the curriculum follows the pass rate, and the recipe
+trains through its entry point on the kit with its levels in the log."""
+
+import json
+import pickle
+import signal
+import subprocess
+import sys
+from fractions import Fraction
+
+import pytest
+
+import reasoning_gym_grpo as recipe
+from conftest import ROOT
+from grpo_recipes import options
+from grpo_recipes.refusal import Refusal
+
+# Answers that are wrong for any item whose gold differs from them: the guesses a policy tries first.
+GUESSES = ["", "0", "1", "-1", "yes", "no", "True", "False", "None", "A", "[]", "24", "<answer></answer>"]
+
+
+def answered(text: str) -> list[dict]:
+    return [{"role": "assistant", "content": f"Let me think.\n<answer>{text}</answer>"}]
+
+
+def scorer_for(task: str, level: int = 0):
+    tasks = recipe.TaskSet(task)
+    curriculum = recipe.Curriculum(tasks, level, window=64, promote_at=0.75, demote_at=0.1, enabled=True)
+    return tasks, curriculum, recipe.TaskScorer(tasks, curriculum)
+
+
+def same(guess: str, gold: str) -> bool:
+    """The guess is the gold answer written another way: the same text, the same number to 4 significant digits
+    (0 for 0.0, 211552. for 211552.53), or the gold's number without its unit or with it shortened (1 d for 1 days)."""
+    guess, gold = guess.strip().lower(), gold.strip().lower()
+    try:
+        return guess == gold or abs(Fraction(guess) - Fraction(gold)) <= abs(Fraction(gold)) / 10_000
+    except (ValueError, ZeroDivisionError):
+        number, _, unit = gold.partition(" ")
+        return unit.isalpha() and guess.split(" ")[0] == number and unit.startswith(guess.partition(" ")[2])
+
+
+def hedges(gold: str, wrong: str) -> list[str]:
+    """Wrong answers that carry the gold after them (a scorer that searches the answer for its gold pays these), and
+    the first half of the gold."""
+    return [f"{wrong} or {gold}", f"{wrong}\n{gold}", f"{wrong}, {gold}", gold[:max(1, len(gold) // 2)]]
+
+
+class Hung(BaseException):
+    """Not an Exception: the recipe skips items whose generator raises one."""
+
+
+class within:
+    """Fail the test, naming what hung, where a reasoning-gym generator or scorer runs past `seconds`."""
+
+    def __init__(self, seconds: int, what: str):
+        self.seconds, self.what = seconds, what
+
+    def __enter__(self):
+        def hung(*_):
+            raise Hung(f"{self.what} ran past {self.seconds} s")
+
+        signal.signal(signal.SIGALRM, hung)
+        signal.alarm(self.seconds)
+
+    def __exit__(self, *exc):
+        signal.alarm(0)
+
+
+def wrong_answers_earn_nothing(task: str, level: int, items: int = 6) -> None:
+    tasks, _, correctness = scorer_for(task, level)
+    rows = [tasks.row(task, level, "train", i) for i in range(items)]
+    for row in rows:
+        gold = row["answer"]
+        # another item's gold is wrong here, except on tasks with many right answers; the question itself, the
+        # guesses and the hedges are wrong everywhere
+        others = [] if task in MANY_RIGHT_ANSWERS else [o["answer"] for o in rows if not same(o["answer"], gold)][:2]
+        hedged = [] if task in MANY_RIGHT_ANSWERS else hedges(gold, (others or ["0"])[0])
+        wrong = [w for w in [*GUESSES, row["prompt"][1]["content"], *others, *hedged] if not same(w, gold)]
+        scores = correctness(completions=[answered(gold), *map(answered, wrong)], **{
+            key: [row[key]] * (1 + len(wrong)) for key in ("task", "level", "split", "index")})
+        assert scores[0] == 1.0, f"{task} level {level}: its gold {gold!r} earns {scores[0]}"
+        paid = {w: s for w, s in zip(wrong, scores[1:], strict=True) if s != 0.0}
+        assert not paid, f"{task} level {level}: wrong answers earn {paid} (gold {gold!r})"
+
+
+# Tasks with many right answers: an n_queens board can solve two puzzles; a sokoban answer is the moves in it, whatever
+# else it says, and still solves after moves into walls.
+MANY_RIGHT_ANSWERS = ("n_queens", "sokoban")
+
+
+@pytest.mark.slow  # a minute in all; reasoning-gym's versions are not the other tiers' business
+@pytest.mark.parametrize("task", recipe.offered_tasks())
+def test_every_offered_task_pays_its_gold_answer_in_full_and_wrong_answers_nothing_at_its_easiest(task):
+    with within(60, f"{task} at level 0"):
+        wrong_answers_earn_nothing(task, level=0)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("task", recipe.offered_tasks())
+def test_every_offered_task_pays_its_gold_answer_in_full_and_wrong_answers_nothing_at_its_hardest(task):
+    tasks = recipe.TaskSet(task)
+    with within(120, f"{task} at its hardest level"):
+        wrong_answers_earn_nothing(task, level=tasks.max_level(task), items=3)
+
+
+def test_partial_credit_earns_nothing():
+    """countdown's own scorer pays a wrong expression 0.05 and an empty answer 0.01; the recipe pays neither."""
+    tasks, _, correctness = scorer_for("countdown")
+    row = tasks.row("countdown", 0, "train", 0)
+    address = {key: row[key] for key in ("task", "level", "split", "index")}
+    assert tasks.score("1+1", **address) > 0 and tasks.score("", **address) > 0  # what the recipe must not pay
+    assert correctness([answered("1+1"), answered("")], **{k: [v] * 2 for k, v in address.items()}) == [0.0, 0.0]
+
+
+@pytest.mark.parametrize(("flags", "says"), [
+    ("--tasks countdwn", "--tasks countdwn: reasoning-gym has no such task with a curriculum; choose from "),
+    ("--tasks puzzle24", "--tasks puzzle24: its scorer pays any expression equal to 24"),
+    ("--tasks rush_hour", "--tasks rush_hour: its scorer gives its own gold answer 0"),
+    ("--tasks countdown:two", "--tasks countdown:two: the weight after ':' must be a number"),
+    ("--tasks countdown:0", "name at least one task, each weight above 0"),
+    ("--tasks chain_sum --level 99", "--level 99: chain_sum's levels are 0 (easiest) to "),
+    ("--tasks chain_sum --level -1", "--level -1: chain_sum's levels are 0 (easiest) to "),
+])
+def test_a_task_the_recipe_cannot_train_on_is_one_line(flags, says):
+    script_args = options.parse_args(recipe.ScriptArguments, recipe.RECIPE_DEFAULTS, flags.split())[0]
+    with pytest.raises(Refusal) as refusal:
+        recipe.setup(script_args)
+    assert says in str(refusal.value) and "\n" not in str(refusal.value)
+
+
+def test_the_entry_point_refuses_before_any_model_loads():
+    proc = subprocess.run([sys.executable, str(ROOT / "reasoning_gym_grpo.py"), "--tasks", "puzzle24",
+                           "--model_name_or_path", "/nonexistent-model"], capture_output=True, text=True, timeout=120,
+                          cwd=ROOT)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert proc.stderr.strip().splitlines()[-1].startswith("--tasks puzzle24: its scorer pays any expression")
+
+
+def test_the_curriculum_steps_over_levels_reasoning_gym_cannot_generate():
+    """caesar_cipher's two hardest curriculum levels ask for a rotation its own config check forbids; modulo_grid's
+    level 1 fails its check while 0 and 2 pass."""
+    tasks = recipe.TaskSet("caesar_cipher,modulo_grid")
+    with pytest.raises(Refusal, match="cannot generate it at level"):
+        tasks.row("caesar_cipher", tasks.top_level("caesar_cipher"), "train", 0)
+    assert 0 < tasks.max_level("caesar_cipher") < tasks.top_level("caesar_cipher")
+    assert tasks.next_level("caesar_cipher", tasks.max_level("caesar_cipher"), 1) == tasks.max_level("caesar_cipher")
+    assert not tasks.generates("modulo_grid", 1)
+    assert tasks.next_level("modulo_grid", 0, 1) == 2 and tasks.next_level("modulo_grid", 2, -1) == 0
+    curriculum = recipe.Curriculum(tasks, 0, window=2, promote_at=0.75, demote_at=0.1, enabled=True)
+    for _ in range(2):
+        curriculum.record("modulo_grid", True)
+    curriculum.on_step_end(None, None, None)
+    assert curriculum.levels == {"caesar_cipher": 0, "modulo_grid": 2}
+
+
+def test_training_never_asks_a_held_out_question_even_where_the_task_repeats_itself():
+    tasks = recipe.TaskSet("basic_arithmetic")
+    held_out = recipe.build_dataset("test", tasks=tasks)  # 200 prompts at level 0
+    questions = {prompt[1]["content"] for prompt in held_out["prompt"]}
+    before = [tasks.row("basic_arithmetic", 0, "train", i)["prompt"][1]["content"] for i in range(2000)]
+    assert questions & set(before), "the task never repeats a question at level 0: this test checks nothing"
+    tasks.held_out = questions
+    after = [tasks.row("basic_arithmetic", 0, "train", i) for i in range(2000)]
+    assert not questions & {row["prompt"][1]["content"] for row in after}
+    # a skipped prompt keeps the index it used, so the scorer regenerates the item that was asked
+    moved = next(row for row in after if row["index"] >= recipe.STRIDE)
+    assert tasks.score(moved["answer"], "basic_arithmetic", 0, "train", moved["index"]) == 1.0
+
+
+def test_the_curriculum_raises_a_level_the_model_passes_lowers_one_it_fails_and_logs_both():
+    tasks, curriculum, correctness = scorer_for("chain_sum,basic_arithmetic", level=1)
+    curriculum.window = 4
+    rows = {task: tasks.row(task, 1, "train", 0) for task in ("chain_sum", "basic_arithmetic")}
+    for _ in range(4):  # chain_sum always right, basic_arithmetic always wrong
+        for task, row in rows.items():
+            text = row["answer"] if task == "chain_sum" else "wrong"
+            correctness([answered(text)], **{key: [row[key]] for key in ("task", "level", "split", "index")})
+    held = tasks.row("chain_sum", 1, "test", 0)  # held-out outcomes never move a level
+    correctness([answered("wrong")] * 8, **{key: [held[key]] * 8 for key in ("task", "level", "split", "index")})
+    logs = {}
+    curriculum.on_step_end(None, None, None)
+    curriculum.on_log(None, None, None, logs=logs)
+    assert logs == {"curriculum/chain_sum/level": 2, "curriculum/basic_arithmetic/level": 0}  # windows start afresh
+    rendered = recipe.build_dataset("train", tasks=tasks, levels=curriculum.levels)[:16]  # read at today's levels
+    assert {(task, level) for task, level in zip(rendered["task"], rendered["level"], strict=True)} == {
+        ("chain_sum", 2), ("basic_arithmetic", 0)}
+    eval_logs = {"eval_loss": 1.0}
+    curriculum.on_log(None, None, None, logs=eval_logs)
+    assert eval_logs == {"eval_loss": 1.0}
+
+
+def test_the_rubric_pickles_into_another_process_and_scores_there():
+    task = recipe.setup(recipe.ScriptArguments(tasks="chain_sum"))
+    row = task.callbacks[0].tasks.row("chain_sum", 0, "train", 3)
+    code = ("import pickle, sys; funcs = pickle.load(sys.stdin.buffer); "
+            f"print(funcs[0](completions=[[{{'role': 'assistant', 'content': '<answer>{row['answer']}</answer>'}}]], "
+            f"task=['chain_sum'], level=[0], split=['train'], index=[{row['index']}]))")
+    proc = subprocess.run([sys.executable, "-c", code], input=pickle.dumps(task.reward_funcs), capture_output=True,
+                          timeout=120, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr.decode()[-2000:]
+    assert proc.stdout.decode().strip() == "[1.0]"
+
+
+def test_it_trains_through_its_entry_point_on_the_kit_and_the_curriculum_climbs(base_kit, tmp_path):
+    out = tmp_path / "run"
+    proc = subprocess.run([sys.executable, str(ROOT / "reasoning_gym_grpo.py"), "--config",
+                           str(base_kit / "reasoning_gym_grpo.yaml"), "--tasks", "chain_sum:2,basic_arithmetic",
+                           "--promote_at", "0", "--curriculum_window", "4", "--output_dir", str(out)],
+                          capture_output=True, text=True, timeout=600, cwd=base_kit, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    state = json.loads((out / "checkpoint-4" / "trainer_state.json").read_text())
+    steps = [log for log in state["log_history"] if "loss" in log]
+    levels = [log["curriculum/chain_sum/level"] for log in steps]
+    assert len(steps) == 4 and levels == sorted(levels) and levels[-1] >= 2, levels  # every full window promotes
+    assert all("rewards/correctness_reward/mean" in log for log in steps)
+    evals = [log for log in state["log_history"] if "eval_loss" in log]
+    assert evals and not any(key.startswith("curriculum/") for log in evals for key in log)
