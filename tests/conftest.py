@@ -1,7 +1,9 @@
 """Shared fixtures: the offline kits (toy data, tiny Qwen2 models, configs), built once per test session."""
 
+import hashlib
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -22,7 +24,8 @@ os.environ.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", OMP_NUM_THREADS="
 def built_once(tmp_path_factory, worker_id: str, name: str, *flags: str) -> Path:
     """`python offline.py --out_dir <session tmp>/<name> <flags>`, built once per test session: under `-n 2` the first
     worker to ask builds it and the other waits for it (a kit's warm starts take minutes of one core; each worker
-    building its own cost the suite one of them)."""
+    building its own cost the suite one of them). With GRPO_RECIPES_TEST_KITS set, a kit built for this source is
+    copied from there, and one built here is kept there (CI's tiers share their kits)."""
     import torch
     from filelock import FileLock
 
@@ -33,6 +36,10 @@ def built_once(tmp_path_factory, worker_id: str, name: str, *flags: str) -> Path
     out = shared / name
     with FileLock(str(shared / f"{name}.lock")):
         if not (out / "built").exists():
+            kept = kept_kit(name, flags)
+            if kept is not None and (kept / "built").exists():
+                shutil.copytree(kept, out, dirs_exist_ok=True)  # its paths are relative to its folder
+                return out
             threads = torch.get_num_threads()
             torch.set_num_threads(os.cpu_count() or 1)  # the other worker mostly waits for the kit: 103 s, not 170
             try:
@@ -40,7 +47,24 @@ def built_once(tmp_path_factory, worker_id: str, name: str, *flags: str) -> Path
             finally:
                 torch.set_num_threads(threads)
             (out / "built").touch()
+            if kept is not None:  # as built, before any test writes a run into it
+                with FileLock(f"{kept}.lock"):
+                    shutil.copytree(out, kept, dirs_exist_ok=True)
     return out
+
+
+def kept_kit(name: str, flags: tuple[str, ...]) -> Path | None:
+    """Where GRPO_RECIPES_TEST_KITS keeps this kit, named for the flags and for the source that builds it (a kit
+    built by other code is never reused); None without the variable. The kits are data: a tier that copies one still
+    runs offline.py's code in its own tests."""
+    folder = os.environ.get("GRPO_RECIPES_TEST_KITS")
+    if not folder:
+        return None
+    source = hashlib.sha256(" ".join(flags).encode())
+    sources = [ROOT / "offline.py", ROOT / "rewards.py", *ROOT.glob("*_grpo.py"), *ROOT.glob("grpo_recipes/*.py")]
+    for path in sorted(sources):
+        source.update(path.read_bytes())
+    return Path(folder) / f"{name}-{source.hexdigest()[:16]}"
 
 
 KITS = ("base_kit", "kit", "code_kit", "thinking_kit", "vllm_kit")
