@@ -32,7 +32,7 @@ from openai import APIConnectionError, APIResponseValidationError, APIStatusErro
 from tqdm import tqdm
 
 import rewards
-from grpo_recipes import contract, data
+from grpo_recipes import contract, data, difficulty
 from grpo_recipes.console import quiet_bars_when_redirected, quiet_noise
 from grpo_recipes.refusal import Refusal, run_script
 
@@ -56,7 +56,9 @@ def parse_args(argv=None) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--max_turns", type=int, default=None, help="default: the recipe's max_tool_calling_iterations")
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds per request")
     parser.add_argument("--out", default="results.jsonl", help="JSONL of every rollout (an existing one is kept)")
-    parser.add_argument("--overwrite_out", action="store_true", help="replace an existing --out")
+    parser.add_argument("--overwrite_out", action="store_true", help="replace an existing --out (and --pass_rates)")
+    parser.add_argument("--pass_rates", default=None, help="also write each prompt's pass rate over its --rollouts "
+                        "(the recipe's first reward at full marks), the input of a recipe's --pass_rates")
     parser.add_argument("--show", type=int, default=2, help="rollouts to print")
     return parser.parse_known_args(argv)
 
@@ -278,11 +280,11 @@ def probe(client, args, example: dict) -> None:
         raise Refusal(api_error(err, args.base_url)) from None
 
 
-def check_out(out: Path, overwrite: bool) -> None:
-    """Before any rollout: --out never replaces rollouts that were paid for (unless --overwrite_out), and is writable
-    (an unwritable one would lose them all at the end)."""
+def check_out(out: Path, overwrite: bool, flag: str = "--out", lines: str = "rollouts") -> None:
+    """Before any rollout: --out (or --pass_rates) never replaces what was paid for (unless --overwrite_out), and is
+    writable (an unwritable one would lose it all at the end)."""
     if out.is_file() and out.stat().st_size and not overwrite:
-        raise Refusal(f"--out {out} already holds {len(out.read_text().splitlines())} rollouts: pass another --out "
+        raise Refusal(f"{flag} {out} already holds {len(out.read_text().splitlines())} {lines}: pass another {flag} "
                       f"(e.g. {out.with_stem(out.stem + '-2')}) to keep both, or --overwrite_out to replace it")
     try:
         existed = out.exists()
@@ -290,7 +292,7 @@ def check_out(out: Path, overwrite: bool) -> None:
         if not existed:
             out.unlink()
     except OSError as err:
-        raise Refusal(f"--out {out}: cannot write there ({err.strerror})") from None
+        raise Refusal(f"{flag} {out}: cannot write there ({err.strerror})") from None
 
 
 def connect(args) -> OpenAI:
@@ -313,6 +315,8 @@ def main(argv=None) -> list[dict]:
     quiet_noise()
     quiet_bars_when_redirected()
     check_out(Path(args.out), args.overwrite_out)
+    if args.pass_rates:
+        check_out(Path(args.pass_rates), args.overwrite_out, "--pass_rates", "prompts' pass rates")
     recipe = contract.load_recipe(args.recipe)
     script_args = recipe_arguments(recipe, rest)
     task = contract.checked_setup(recipe, script_args)
@@ -347,6 +351,10 @@ def main(argv=None) -> list[dict]:
     with open(args.out, "w") as f:
         f.writelines(json.dumps(row, default=str) + "\n" for row in rows)
     print(f"wrote {len(rows)} rollouts to {args.out}")
+    if args.pass_rates:  # the input of a recipe's --pass_rates (grpo_recipes/difficulty.py)
+        rates = difficulty.pass_rates(rows, [example["prompt"] for example in examples])
+        Path(args.pass_rates).write_text("".join(json.dumps(rate, default=str) + "\n" for rate in rates))
+        print(f"wrote the pass rates of {len(rates)} prompts to {args.pass_rates}: {difficulty.describe(rates)}")
     if failed:
         print(f"{len(failed)} of {len(rows)} requests failed; the first: {failed[0]}", file=sys.stderr)
     return rows

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 import torch
 from trl import GRPOConfig
 
+from grpo_recipes.difficulty import PassRateOptions
 from grpo_recipes.ranges import check_batch_divisibility, check_ranges
 from grpo_recipes.refusal import Refusal
 
@@ -17,7 +18,7 @@ logger = logging.getLogger("grpo-recipes")
 
 
 @dataclass
-class RecipeGRPOConfig(GRPOConfig):
+class RecipeGRPOConfig(GRPOConfig, PassRateOptions):
     """GRPOConfig whose precision and vLLM switch default to what this machine supports."""
 
     use_vllm: bool | None = field(default=None, metadata={"nargs": "?", "const": True, "help": "Generate with vLLM. "

@@ -12,6 +12,7 @@ import huggingface_hub
 from datasets import Dataset, load_dataset
 from datasets.data_files import EmptyDatasetError, get_data_patterns, resolve_pattern
 
+from grpo_recipes import difficulty
 from grpo_recipes.console import logger
 from grpo_recipes.refusal import Refusal
 
@@ -134,6 +135,9 @@ def load_splits(build, training_args, dataset_path: str | None,
     for split, dataset in (("train", train_dataset), ("test", eval_dataset)):
         if dataset is not None:
             check_rows(dataset, split, dataset_path)
+    if training_args.pass_rates:  # the prompts a model solved always or never teach nothing: dropped
+        train_dataset = difficulty.keep_by_pass_rate(train_dataset, training_args.pass_rates,
+                                                     training_args.keep_pass_rate_between)
     if eval_dataset is not None:
         eval_dataset = eval_dataset.select(range(min(num_eval_examples, len(eval_dataset))))
     return train_dataset, eval_dataset

@@ -1,0 +1,111 @@
+"""grpo_recipes/difficulty.py: prompts' pass rates written by evaluate.py and the training prompts a run keeps by them
+(--pass_rates, --keep_pass_rate_between), through a real server and a recipe's entry point."""
+
+import json
+import logging
+import subprocess
+import sys
+
+import pytest
+from datasets import Dataset
+
+import evaluate
+from conftest import ROOT
+from grpo_recipes import difficulty
+from grpo_recipes.refusal import Refusal
+
+
+def prompt(text: str) -> list[dict]:
+    return [{"role": "system", "content": "Answer."}, {"role": "user", "content": text}]
+
+
+def rates_file(tmp_path, rates: dict) -> str:
+    path = tmp_path / "rates.jsonl"
+    path.write_text("".join(json.dumps({"prompt": prompt(text), "samples": 4, "passed": None, "pass_rate": rate}) + "\n"
+                            for text, rate in rates.items()))
+    return str(path)
+
+
+DATA = Dataset.from_dict({"prompt": [prompt(text) for text in ["never", "half", "always", "failed", "unrated"]],
+                          "answer": ["1"] * 5})
+RATES = {"never": 0.0, "half": 0.5, "always": 1.0, "failed": None}  # "unrated" is not in the file
+
+
+@pytest.mark.parametrize(("between", "kept"), [
+    ([0.0, 1.0], ["half", "failed", "unrated"]),  # the default: what no sample or every sample solved is dropped
+    ([0.0, 0.5], ["failed", "unrated"]),  # strictly between: 0.5 is out
+    ([0.4, 1.0], ["half", "failed", "unrated"]),
+])
+def test_a_run_keeps_the_prompts_whose_pass_rate_lies_strictly_inside_the_band(tmp_path, caplog, between, kept):
+    with caplog.at_level(logging.INFO, logger="grpo-recipes"):
+        rows = difficulty.keep_by_pass_rate(DATA, rates_file(tmp_path, RATES), between)
+    assert [p[1]["content"] for p in rows["prompt"]] == kept
+    assert f"kept {len(kept)} of 5 training prompts" in caplog.text and "2 not rated (kept)" in caplog.text
+
+
+@pytest.mark.parametrize(("lines", "between", "says"), [
+    (None, [0.0, 1.0], "no such file; write one with evaluate.py <recipe> --split train --rollouts 8 --pass_rates"),
+    ("not json\n", [0.0, 1.0], "line 1 is not a line evaluate.py --pass_rates writes"),
+    ('{"prompt": []}\n', [0.0, 1.0], "line 1 is not a line evaluate.py --pass_rates writes"),
+    (RATES, [0.5, 0.5], "--keep_pass_rate_between 0.5 0.5: give LOW HIGH with 0 <= LOW < HIGH <= 1"),
+    (RATES, [0.0], "--keep_pass_rate_between 0.0: give LOW HIGH"),
+    (RATES, [0.6, 0.9], "no training prompt has a pass rate between 0.6 and 0.9 (2 at or below, 1 at or above)"),
+])
+def test_a_pass_rates_file_or_band_that_cannot_be_used_is_one_line(tmp_path, lines, between, says):
+    path = tmp_path / "rates.jsonl"
+    if isinstance(lines, dict):
+        rates_file(tmp_path, lines)
+    elif lines is not None:
+        path.write_text(lines)
+    rated = DATA.select(range(3))  # never, half, always: with the band 0.6-0.9, none is kept
+    with pytest.raises(Refusal) as refusal:
+        difficulty.keep_by_pass_rate(rated, str(path), between)
+    assert says in str(refusal.value) and "\n" not in str(refusal.value)
+
+
+def test_a_failed_request_is_no_sample_and_the_rate_is_of_correctness_alone():
+    rows = [{"example": 0, "error": None, "strict": True}, {"example": 0, "error": None, "strict": False},
+            {"example": 0, "error": "HTTP 500", "strict": False}, {"example": 1, "error": "HTTP 500", "strict": False}]
+    rates = difficulty.pass_rates(rows, [prompt("a"), prompt("b")])
+    assert [(r["samples"], r["passed"], r["pass_rate"]) for r in rates] == [(2, 1, 0.5), (0, 0, None)]
+    assert difficulty.describe(rates) == ("0 solved by no sample, 0 by every sample, 1 in between, 1 without a sample "
+                                          "(their requests failed)")
+
+
+def test_evaluate_writes_pass_rates_and_a_recipe_trains_on_the_prompts_they_keep(reader_server, base_kit, tmp_path,
+                                                                                   capsys):
+    base_url, model = reader_server
+    rates = tmp_path / "rates.jsonl"
+    evaluate.main(["gsm8k_grpo", "--base_url", base_url, "--model", model, "--split", "train", "-n", "6", "-r", "2",
+                   "--dataset_path", str(base_kit / "gsm8k_toy"), "--max_tokens", "8", "--out",
+                   str(tmp_path / "rollouts.jsonl"), "--pass_rates", str(rates)])
+    written = [json.loads(line) for line in rates.read_text().splitlines()]
+    assert len(written) == 6 and all(r["samples"] == 2 for r in written)
+    assert "wrote the pass rates of 6 prompts to" in capsys.readouterr().out
+    # the tiny server solves none, so 6 of the toy set's 48 training prompts are dropped, the other 42 kept (unrated)
+    never = sum(r["pass_rate"] == 0.0 for r in written)
+    proc = subprocess.run([sys.executable, str(ROOT / "gsm8k_grpo.py"), "--config", str(base_kit / "gsm8k_grpo.yaml"),
+                           "--output_dir", str(tmp_path / "run"), "--max_steps", "1", "--eval_strategy", "no",
+                           "--save_strategy", "no", "--pass_rates", str(rates)], capture_output=True, text=True,
+                          timeout=300, cwd=base_kit, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert f"kept {48 - never} of 48 training prompts; dropped {never} with a pass rate <= 0" in proc.stderr
+
+
+def test_evaluate_never_replaces_pass_rates_that_were_paid_for(tmp_path):
+    (tmp_path / "rates.jsonl").write_text('{"prompt": [], "pass_rate": 0.5}\n')
+    with pytest.raises(Refusal, match=r"--pass_rates .*rates.jsonl already holds 1 prompts' pass rates: pass another"):
+        evaluate.main(["gsm8k_grpo", "--base_url", "http://127.0.0.1:9/v1", "--model", "m", "--out",
+                       str(tmp_path / "out.jsonl"), "--pass_rates", str(tmp_path / "rates.jsonl")])
+
+
+def test_a_recipe_that_generates_its_prompts_refuses_a_pass_rates_file(tmp_path):
+    import reasoning_gym_grpo
+
+    from grpo_recipes import options
+
+    argv = ["--tasks", "chain_sum", "--pass_rates", rates_file(tmp_path, RATES)]
+    script_args, training_args, _ = options.parse_args(reasoning_gym_grpo.ScriptArguments,
+                                                       reasoning_gym_grpo.RECIPE_DEFAULTS, argv)
+    with pytest.raises(Refusal, match="--pass_rates: this recipe generates its prompts as it trains"):
+        reasoning_gym_grpo.datasets(script_args, reasoning_gym_grpo.setup(script_args), training_args)
