@@ -60,7 +60,7 @@ from trl.experimental.async_grpo import AsyncGRPOConfig, AsyncGRPOTrainer
 import rewards
 from grpo_recipes import contract, data, options, training, trl_patches
 from grpo_recipes.configs import default_precision
-from grpo_recipes.difficulty import PassRateOptions
+from grpo_recipes.difficulty import DifficultyOptions
 from grpo_recipes.console import logger
 from grpo_recipes.ranges import check_ranges
 from grpo_recipes.refusal import Refusal, run_script
@@ -70,7 +70,7 @@ logging.getLogger("trl.experimental.async_grpo").setLevel(logging.WARNING)
 
 
 @dataclass
-class AsyncRecipeConfig(AsyncGRPOConfig, PassRateOptions):
+class AsyncRecipeConfig(AsyncGRPOConfig, DifficultyOptions):
     """AsyncGRPOConfig with what the recipes' own config adds: reward weights (the async trainer sums its rewards
     unweighted, so each reward is scaled before it is summed), LoRA's rate, and the output-folder guard."""
 

@@ -228,6 +228,7 @@ def main(argv: list[str] | None = None):
         processing_class=tokenizer,
         peft_config=get_peft_config(model_args),  # LoRA with --use_peft (the default here), else None
         quantization_config=get_quantization_config(model_args),  # --load_in_4bit / --load_in_8bit
+        callbacks=training.trainer_callbacks(task.callbacks),  # --skip_settled_after's record, when on
     )
     return training.run(trainer)
 

@@ -385,9 +385,10 @@ def setup(script_args: ScriptArguments) -> Setup:
 def datasets(script_args: ScriptArguments, task: Setup, training_args) -> tuple[Dataset, Dataset | None]:
     """Training prompts generated as the trainer reads them (at the curriculum's levels), and the held-out prompts,
     which training then never asks; or both from --dataset_path."""
-    if training_args.pass_rates and not script_args.dataset_path:
-        raise Refusal("--pass_rates: this recipe generates its prompts as it trains (its curriculum keeps each task "
-                      "where the model solves some): filter prompts written to --dataset_path instead")
+    for flag in ("pass_rates", "skip_settled_after"):
+        if getattr(training_args, flag) and not script_args.dataset_path:
+            raise Refusal(f"--{flag}: this recipe generates its prompts as it trains (its curriculum keeps each task "
+                          "where the model solves some): filter prompts written to --dataset_path instead")
     train, held_out = data.load_splits(task.build_dataset, training_args, script_args.dataset_path,
                                        script_args.num_eval_examples)
     if held_out is not None and not script_args.dataset_path:

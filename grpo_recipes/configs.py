@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import torch
 from trl import GRPOConfig
 
-from grpo_recipes.difficulty import PassRateOptions
+from grpo_recipes.difficulty import DifficultyOptions
 from grpo_recipes.ranges import check_batch_divisibility, check_ranges
 from grpo_recipes.refusal import Refusal
 
@@ -18,7 +18,7 @@ logger = logging.getLogger("grpo-recipes")
 
 
 @dataclass
-class RecipeGRPOConfig(GRPOConfig, PassRateOptions):
+class RecipeGRPOConfig(GRPOConfig, DifficultyOptions):
     """GRPOConfig whose precision and vLLM switch default to what this machine supports."""
 
     use_vllm: bool | None = field(default=None, metadata={"nargs": "?", "const": True, "help": "Generate with vLLM. "

@@ -1,5 +1,6 @@
-"""Difficulty filtering before training: each prompt's pass rate over k samples of a model (`evaluate.py
---pass_rates`), and the training prompts a run keeps by it (`--pass_rates`, `--keep_pass_rate_between`).
+"""Difficulty filtering. Before training: each prompt's pass rate over k samples of a model (`evaluate.py
+--pass_rates`), and the training prompts a run keeps by it (`--pass_rates`, `--keep_pass_rate_between`). During
+training: prompts whose last groups all scored alike are replaced when drawn again (`--skip_settled_after`).
 
 A prompt that every sample of a group solves, or that every sample fails, teaches GRPO nothing: its completions all
 score the same, so their advantages are 0, yet it costs a full generation. The rate is of correctness (the recipe's
@@ -9,17 +10,21 @@ about the task.
 
 import json
 import logging
+import random
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import rewards
+from grpo_recipes.contract import Setup, StepHooks
 from grpo_recipes.refusal import Refusal
 
 logger = logging.getLogger("grpo-recipes")
 
 
 @dataclass
-class PassRateOptions:
-    """The two options every recipe's trainer config (and async_grpo.py's) adds."""
+class DifficultyOptions:
+    """The options every recipe's trainer config (and async_grpo.py's) adds."""
 
     pass_rates: str | None = field(default=None, metadata={"help": "A file `evaluate.py --pass_rates` wrote for this "
                                    "recipe's training prompts: train only on the prompts whose pass rate lies strictly "
@@ -27,6 +32,10 @@ class PassRateOptions:
     keep_pass_rate_between: list[float] = field(default_factory=lambda: [0.0, 1.0], metadata={
         "help": "With --pass_rates, keep a prompt when LOW < its pass rate < HIGH. Default 0 1: drop the prompts no "
                 "sample solved and those every sample solved."})
+    skip_settled_after: int = field(default=0, metadata={"help": "Replace a training prompt, when drawn again, by "
+                                    "another once its last this many groups each scored alike on the recipe's first "
+                                    "reward (all right or all wrong: no advantage, nothing learned). 0: off. One "
+                                    "training process; not under async_grpo.py."})
 
 
 def prompt_key(prompt) -> str:
@@ -97,3 +106,102 @@ def keep_by_pass_rate(dataset, path: str, between: list[float]):
     logger.info(f"pass rates from {path}: kept {len(kept)} of {len(dataset)} training prompts; dropped {never} with "
                 f"a pass rate <= {low:g} and {always} >= {high:g}; {unrated} not rated (kept)")
     return dataset.select(kept)
+
+
+class SettledPrompts(StepHooks):
+    """`--skip_settled_after K`: a training prompt whose last K groups each scored alike on the recipe's first reward
+    (the correctness reward: every completion right, or none; never the shaped total) is settled, and when the trainer
+    draws it again it gets another prompt in its place (one not settled, the same for every completion of the group).
+    Logged each step: `settled/prompts` (settled so far), `settled/zero_variance_groups` (the share of the groups
+    since the last log that scored alike), `settled/generations_saved` (so far: completions that went to another
+    prompt instead of a settled one).
+
+    The record lives in the training process, so it needs one (several would each keep their own and could give the
+    same group different replacements); the prompts are swapped as the trainer's data loader reads them
+    (Dataset.set_transform on its dataset, at the start of training)."""
+
+    def __init__(self, after: int, seed: int = 0):
+        self.after, self.seed = after, seed
+        self.history: dict[str, deque] = {}
+        self.settled: set[str] = set()
+        self.drawn: set[str] = set()  # handed to the trainer and not yet scored: only these are recorded (not eval's)
+        self.replacements: set[str] = set()  # handed in a settled prompt's place and not yet scored
+        self.raw = None
+        self.groups = self.alike = self.saved = 0
+
+    def record(self, prompts: list, scores: list) -> None:
+        """Each group's outcome, from the first reward's scores of a batch's completions."""
+        groups: dict[str, list] = {}
+        for prompt, score in zip(prompts, scores, strict=True):
+            if (key := prompt_key(prompt)) in self.drawn:
+                groups.setdefault(key, []).append(score)
+        for key, group in groups.items():
+            self.drawn.discard(key)
+            if key in self.replacements:  # counted here, once scored: the trainer reads some batches it never uses
+                self.replacements.discard(key)
+                self.saved += len(group)
+            alike = len(set(group)) == 1 and None not in group  # a group the reward had no opinion on is not settled
+            self.groups, self.alike = self.groups + 1, self.alike + alike
+            seen = self.history.setdefault(key, deque(maxlen=self.after))
+            seen.append(alike)
+            if len(seen) == self.after and all(seen):
+                self.settled.add(key)
+
+    def on_train_begin(self, args, state, control, train_dataloader=None, **kwargs):
+        dataset = train_dataloader.dataset
+        if dataset.format["type"] is not None:
+            raise Refusal(f"--skip_settled_after: the training dataset is formatted as it is read "
+                          f"({dataset.format['type']}), and swapping its prompts would replace that; drop it")
+        self.raw = dataset.with_format(None)  # the rows as stored, for replacements
+        dataset.set_transform(self.swap)
+
+    def swap(self, batch: dict) -> dict:
+        """A batch the data loader read, with each settled prompt's row replaced."""
+        rows = [dict(zip(batch, values, strict=True)) for values in zip(*batch.values(), strict=True)]
+        for i, row in enumerate(rows):
+            if prompt_key(row["prompt"]) in self.settled and (other := self.replacement(prompt_key(row["prompt"]))):
+                rows[i] = other
+                self.replacements.add(prompt_key(other["prompt"]))
+            self.drawn.add(prompt_key(rows[i]["prompt"]))
+        return {column: [row[column] for row in rows] for column in batch}
+
+    def replacement(self, key: str) -> dict | None:
+        """A row whose prompt is not settled, drawn by the settled prompt and the record so far: every completion of
+        its group (read in the same batch) gets the same one. None when 64 draws find only settled prompts."""
+        draw = random.Random(f"{self.seed}/{key}/{self.groups}")
+        for _ in range(64):
+            row = self.raw[draw.randrange(len(self.raw))]
+            if prompt_key(row["prompt"]) not in self.settled:
+                return row
+        return None
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if logs is not None and "loss" in logs:  # a training step's log (not an evaluation's, nor the run's summary)
+            logs["settled/prompts"] = len(self.settled)
+            logs["settled/zero_variance_groups"] = round(self.alike / self.groups, 3) if self.groups else 0.0
+            logs["settled/generations_saved"] = self.saved
+            self.groups = self.alike = 0
+
+
+class RecordingReward:
+    """The recipe's first reward, unchanged, whose scores also go to SettledPrompts.record (named as the reward it
+    wraps, so the logs are unchanged)."""
+
+    def __init__(self, reward, settled: SettledPrompts):
+        self.reward, self.settled, self.__name__ = reward, settled, rewards.reward_name(reward)
+
+    def __call__(self, completions, prompts, **kwargs):
+        scores = self.reward(completions=completions, prompts=prompts, **kwargs)
+        self.settled.record(prompts, scores)
+        return scores
+
+
+def skip_settled(task: Setup, after: int, seed: int) -> None:
+    """Record the task's first reward and swap settled prompts (--skip_settled_after): its first reward wrapped, the
+    swapper added to its callbacks."""
+    if isinstance(task.reward_funcs[0], str):
+        raise Refusal("--skip_settled_after: the first reward is a reward model the trainer loads, whose scores this "
+                      "process never sees; drop it, or reward with a function")
+    settled = SettledPrompts(after, seed)
+    task.reward_funcs = [RecordingReward(task.reward_funcs[0], settled), *task.reward_funcs[1:]]
+    task.callbacks = [*task.callbacks, settled]

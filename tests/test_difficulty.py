@@ -99,13 +99,58 @@ def test_evaluate_never_replaces_pass_rates_that_were_paid_for(tmp_path):
                        str(tmp_path / "out.jsonl"), "--pass_rates", str(tmp_path / "rates.jsonl")])
 
 
-def test_a_recipe_that_generates_its_prompts_refuses_a_pass_rates_file(tmp_path):
+def test_a_prompt_whose_groups_all_scored_alike_is_replaced_when_drawn_again(base_kit, tmp_path):
+    """The real trainer on four prompts, one prompt a step: "easy" scores 1.0 on every completion, so after its first
+    group it is settled and the run never spends another generation on it (without the swap it is drawn again in the
+    second pass over the prompts); every group the reward sees is still one prompt's."""
+    import gsm8k_grpo
+    from trl import GRPOTrainer
+
+    from grpo_recipes import options, training
+    from grpo_recipes.contract import Setup
+    from grpo_recipes.logs import KeepCallbacksMetrics
+
+    groups = []
+
+    def parity_reward(completions, prompts, **kwargs) -> list[float]:
+        """1.0 on "easy", else the parity of the completion's length: groups that differ.
+
+        Gaming it: a test's reward.
+        """
+        asked = [prompt[-1]["content"] for prompt in prompts]
+        groups.extend(asked[i:i + 4] for i in range(0, len(asked), 4))
+        return [1.0 if text == "easy" else float(len(c[0]["content"]) % 2) for text, c in zip(asked, completions,
+                                                                                              strict=True)]
+
+    _, args, model_args = options.parse_args(gsm8k_grpo.ScriptArguments, gsm8k_grpo.RECIPE_DEFAULTS, [
+        "--config", str(base_kit / "gsm8k_grpo.yaml"), "--output_dir", str(tmp_path / "out"), "--max_steps", "8",
+        "--eval_strategy", "no", "--save_strategy", "no", "--report_to", "none", "--skip_settled_after", "1"])
+    task = Setup([parity_reward], [1.0])
+    tokenizer = training.prepare(args, model_args, task)
+    dataset = Dataset.from_dict({"prompt": [prompt(text) for text in ("easy", "a", "bb", "ccc")]})
+    trainer = GRPOTrainer(model=str(base_kit / "tiny-qwen2"), reward_funcs=task.reward_funcs, args=args,
+                          train_dataset=dataset, processing_class=tokenizer,
+                          callbacks=training.trainer_callbacks(task.callbacks))
+    trainer.add_callback(KeepCallbacksMetrics())  # as training.run adds: the callbacks' keys reach the history
+    trainer.train()
+    assert all(len(set(group)) == 1 for group in groups), groups  # a replacement is the same for a whole group
+    assert [group[0] for group in groups].count("easy") == 1, [group[0] for group in groups]
+    logged = [log for log in trainer.state.log_history if "settled/prompts" in log]
+    assert len(logged) == 8 and logged[-1]["settled/prompts"] >= 1 and logged[0]["settled/zero_variance_groups"] == 1
+    assert logged[-1]["settled/generations_saved"] >= 4  # one group of 4, at least
+
+
+@pytest.mark.parametrize(("argv", "says"), [
+    (["--skip_settled_after", "1"], "--skip_settled_after: this recipe generates its prompts as it trains"),
+    (["--pass_rates", "x.jsonl"], "--pass_rates: this recipe generates its prompts as it trains"),
+])
+def test_a_recipe_that_generates_its_prompts_refuses_both_filters(argv, says):
     import reasoning_gym_grpo
 
     from grpo_recipes import options
 
-    argv = ["--tasks", "chain_sum", "--pass_rates", rates_file(tmp_path, RATES)]
     script_args, training_args, _ = options.parse_args(reasoning_gym_grpo.ScriptArguments,
-                                                       reasoning_gym_grpo.RECIPE_DEFAULTS, argv)
-    with pytest.raises(Refusal, match="--pass_rates: this recipe generates its prompts as it trains"):
+                                                       reasoning_gym_grpo.RECIPE_DEFAULTS, ["--tasks", "chain_sum",
+                                                                                             *argv])
+    with pytest.raises(Refusal, match=says):
         reasoning_gym_grpo.datasets(script_args, reasoning_gym_grpo.setup(script_args), training_args)
