@@ -19,8 +19,8 @@ pays wrong ones, are refused in one line (REFUSED; and each run checks its tasks
 # ## What to expect
 # The curves to watch are `rewards/correctness_reward/mean` and `curriculum/<task>/level`: with the curriculum on, the
 # pass rate should hover between --demote_at and --promote_at while the level climbs. A level stuck at 0 with a pass
-# rate near 0 means the task is too hard for the model even at its easiest: choose another, or warm it up with
-# `sft_warmstart.py --recipe reasoning_gym_grpo --source gold`.
+# rate near 0 means the task is too hard for the model even at its easiest: choose another, or warm it up on gold
+# answers (`sft_warmstart.py --source gold --dataset_path` rows written by `build_dataset(...).to_json(path)`).
 
 # %%
 import random
