@@ -19,8 +19,7 @@ pays wrong ones, are refused in one line (REFUSED; and each run checks its tasks
 # ## What to expect
 # The curves to watch are `rewards/correctness_reward/mean` and `curriculum/<task>/level`: with the curriculum on, the
 # pass rate should hover between --demote_at and --promote_at while the level climbs. A level stuck at 0 with a pass
-# rate near 0 means the task is too hard for the model even at its easiest: choose another, or warm it up on gold
-# answers (`sft_warmstart.py --source gold --dataset_path` rows written by `build_dataset(...).to_json(path)`).
+# rate near 0 means the task is too hard for the model even at its easiest: choose another, or a stronger model.
 
 # %%
 import random
@@ -299,7 +298,7 @@ def build_dataset(split: str = "train", dataset_path: str | None = None, tasks: 
         raw = data.load_split(split, dataset_path, None, None)
         if missing := {"task", "level", "split", "index"} - set(raw.column_names):
             raise ValueError(f"{dataset_path} ({split}) lacks column(s) {sorted(missing)}: it has {raw.column_names}; "
-                             "write rows with build_dataset(...).to_json(path)")
+                             "the rows address generated items, as build_dataset's do")
         return raw
     tasks = tasks or TaskSet()
     levels = levels if levels is not None else dict.fromkeys(tasks.weights, 0)
