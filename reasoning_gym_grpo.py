@@ -12,7 +12,8 @@ ciphers, logic puzzles, ...), each with difficulty levels and its own scorer. Tr
 reads them, at the curriculum's current level; held-out prompts come from other seeds and never appear in training.
 Correctness is the task's scorer, paid only in full: the partial credit some scorers give wrong answers (0.05 for a
 wrong countdown expression, 0.01 for an empty one) earns nothing. Tasks whose scorer rejects their own gold answer, or
-pays wrong ones, are refused in one line (REFUSED; and each run checks its tasks' golds before the model loads).
+pays wrong ones, are refused in one line (grpo_recipes/gym_tasks.py's REFUSED says why for each; and each run
+checks its tasks' golds before the model loads).
 """
 
 # %% [markdown]
@@ -22,8 +23,6 @@ pays wrong ones, are refused in one line (REFUSED; and each run checks its tasks
 # rate near 0 means the task is too hard for the model even at its easiest: choose another, or a stronger model.
 
 # %%
-import random
-import zlib
 from collections import deque
 from dataclasses import dataclass
 from functools import partial
@@ -33,6 +32,7 @@ from datasets import Dataset
 import rewards
 from grpo_recipes import data, options
 from grpo_recipes.contract import Setup, StepHooks
+from grpo_recipes.gym_tasks import TaskSet, render
 from grpo_recipes.options import arg
 from grpo_recipes.refusal import Refusal, run_script
 
@@ -96,151 +96,10 @@ Put only the final answer inside the tags, in the form the question asks for."""
 # ## Data
 # Each prompt is one generated item: row `index` of the task's dataset at a level, for a split. The row keeps only that
 # address (task, level, split, index); the item itself, and its gold answer, are generated again from it wherever they
-# are needed (reasoning-gym items are a function of their seed), so any process can score a completion.
+# are needed (reasoning-gym items are a function of their seed), so any process can score a completion
+# (grpo_recipes/gym_tasks.py: TaskSet). The curriculum decides each task's level as a batch is read.
 
 # %%
-# Tasks that cannot teach through this recipe, each for the reason measured on reasoning-gym 0.1.25 (every other task's
-# gold earns full marks and wrong answers none: tests/test_reasoning_gym_grpo.py checks each, at every level).
-REFUSED = {
-    **dict.fromkeys(("boxnet", "graph_color", "propositional_logic", "rubiks_cube", "rush_hour"),
-                    "its scorer gives its own gold answer 0"),
-    "puzzle24": "its scorer pays any expression equal to 24, whatever numbers it uses",
-    "coin_flip": "its scorer pays a prefix of the gold in full (0 for 0.125)",
-    "game_of_life_halting": "its scorer pays every answer where the gold is False",
-    "knight_swap": "its easiest level fails its own config check (min_nodes must be >= 6)",
-    "jugs": "its scorer rejects some of its own golds at level 1, and its generator runs on for minutes at levels 2-3",
-    "number_sequence": "its generator never returns for some items (level 2, item 3 of --task_seed 0)",
-}
-# Levels beyond these take over 7 s an item to generate (zebra_puzzles' level 5 ran past 30 s for 4 items), which
-# would leave the GPU waiting on the CPU.
-LEVEL_CAPS = {"zebra_puzzles": 4}
-SPLIT_SEEDS = {"train": 0, "test": 2**31}  # added to a level's base seed (below 2**29): the splits never share one
-STRIDE, ATTEMPTS = 2**22, 32  # where a prompt's item cannot be used, the next tried is index + STRIDE (32 times)
-
-
-class TaskSet:
-    """The run's tasks and weights: generates their items and scores answers with each task's own scorer. Pickles
-    without its caches (TRL's async trainer spawns a process)."""
-
-    def __init__(self, tasks: str = "countdown", data_seed: int = 0):
-        from reasoning_gym.factory import CURRICULA
-
-        self.data_seed, self.weights = data_seed, {}
-        for part in filter(None, (p.strip() for p in tasks.split(","))):
-            name, _, weight = part.partition(":")
-            if name not in CURRICULA or name in REFUSED:
-                why = (f"{REFUSED[name]} (reasoning-gym 0.1.25)" if name in REFUSED
-                       else "reasoning-gym has no such task with a curriculum")
-                raise Refusal(f"--tasks {name}: {why}; choose from {', '.join(offered_tasks())}")
-            try:
-                self.weights[name] = float(weight or 1)
-            except ValueError:
-                raise Refusal(f"--tasks {part}: the weight after ':' must be a number") from None
-        if not self.weights or min(self.weights.values()) <= 0:
-            raise Refusal(f"--tasks {tasks!r}: name at least one task, each weight above 0 (countdown:2,chain_sum)")
-        self._datasets, self._items, self._generates = {}, {}, {}
-        self.held_out: set[str] = set()  # the held-out questions, which training never asks (set by datasets())
-
-    def __getstate__(self):
-        return {**self.__dict__, "_datasets": {}, "_items": {}}
-
-    def top_level(self, task: str) -> int:
-        """The task's hardest curriculum level: its longest attribute's last (set_global_level caps the others), or
-        its LEVEL_CAPS entry."""
-        from reasoning_gym.factory import create_curriculum
-
-        top = max((len(a.levels) - 1 for a in create_curriculum(task).attributes.values()), default=0)
-        return min(top, LEVEL_CAPS.get(task, top))
-
-    def generates(self, task: str, level: int) -> bool:
-        """Whether the task generates at `level`: some levels' configs fail reasoning-gym's own checks (caesar_cipher's
-        and survo's top two, modulo_grid's level 1). Asked once a run."""
-        if (task, level) not in self._generates:
-            try:
-                self.row(task, level, "train", 0)
-                self._generates[task, level] = True
-            except Refusal:
-                self._generates[task, level] = False
-        return self._generates[task, level]
-
-    def next_level(self, task: str, level: int, step: int) -> int:
-        """The nearest level above (step 1) or below (step -1) that generates; `level` itself where none does."""
-        ahead = range(level + step, self.top_level(task) + 1) if step > 0 else range(level + step, -1, -1)
-        return next((other for other in ahead if self.generates(task, other)), level)
-
-    def max_level(self, task: str) -> int:
-        """The hardest level the task generates at."""
-        return self.next_level(task, self.top_level(task) + 1, -1)
-
-    def dataset(self, task: str, level: int, split: str):
-        """The task's reasoning-gym dataset at `level` for `split`, seeded by the run, the task and the level; the
-        held-out split's seeds never meet training's. Its nominal size is unused: rows are addressed by index."""
-        key = (task, level, split)
-        if key not in self._datasets:
-            from reasoning_gym.factory import DATASETS, create_curriculum
-
-            curriculum = create_curriculum(task)
-            curriculum.set_global_level(level)  # each attribute capped at its own last level
-            # item i is seeded by seed + i, and numpy's seeds stop at 2**32: train's seeds lie below 2**30 (a base
-            # below 2**29, indices below 2**29), held-out's 2**31 above them
-            seed = zlib.crc32(f"{self.data_seed}/{task}/{level}".encode()) % 2**29 + SPLIT_SEEDS[split]
-            try:
-                self._datasets[key] = DATASETS[task][0](curriculum.generate_configuration({"seed": seed,
-                                                                                          "size": 10_000}))
-            except (AssertionError, ValueError) as err:  # reasoning-gym's configs validate with assert
-                raise Refusal(f"--tasks {task}: reasoning-gym cannot generate it at level {level} ({err}); try a "
-                              "lower --level") from None
-        return self._datasets[key]
-
-    def pick(self, index: int) -> str:
-        """The task of prompt `index`, drawn by weight (the same draw for the same index, in every process)."""
-        rng = random.Random(f"{self.data_seed}/{index}")
-        return rng.choices(list(self.weights), weights=list(self.weights.values()))[0]
-
-    def row(self, task: str, level: int, split: str, index: int) -> dict:
-        """Prompt `index` of the split: item `index` of the task's dataset, or where that item fails to generate or
-        (training) asks a held-out question, the next of index + k * STRIDE that does not. The row keeps the index
-        it used, so the scorer regenerates the same item."""
-        failure = None
-        for attempt in range(index, index + ATTEMPTS * STRIDE, STRIDE):
-            try:
-                item = self.item(task, level, split, attempt)
-            except Exception as err:  # noqa: BLE001 - a generator that gives up on this seed (jugs, ...)
-                failure = err
-                continue
-            if split == "train" and item["question"] in self.held_out:
-                continue
-            return {"prompt": [{"role": "system", "content": SYSTEM_PROMPT},
-                               {"role": "user", "content": item["question"]}],
-                    "task": task, "level": level, "split": split, "index": attempt, "answer": str(item["answer"]),
-                    "gold_completion": f"<answer>{item['answer']}</answer>"}
-        why = f"its generator failed ({failure})" if failure else "every item tried is a held-out question"
-        raise Refusal(f"--tasks {task}: no prompt {index} at level {level} after {ATTEMPTS} tries: {why}; try "
-                      "another --level, or fewer --num_eval_examples")
-
-    def item(self, task: str, level: int, split: str, index: int) -> dict:
-        """Item `index` of the task's dataset at `level`, generated once (sokoban's take seconds) and kept for the
-        group's other completions."""
-        key = (task, level, split, index)
-        if key not in self._items:
-            if len(self._items) >= 4096:
-                self._items.clear()
-            self._items[key] = self.dataset(task, level, split)[index]
-        return self._items[key]
-
-    def score(self, answer: str | None, task: str, level: int, split: str, index: int) -> float:
-        """The task's own score of `answer` for the row's item, 0-1 (some pay partial credit)."""
-        return float(self.dataset(task, level, split).score_answer(answer=answer,
-                                                                  entry=self.item(task, level, split, index)))
-
-
-def offered_tasks() -> list[str]:
-    """Every reasoning-gym task with a curriculum (its difficulty levels), less those REFUSED."""
-    from reasoning_gym.factory import CURRICULA
-
-    return sorted(set(CURRICULA) - set(REFUSED))
-
-
 class Curriculum(StepHooks):
     """Each task's level, moved by its pass rate on its last `window` training completions: up at `promote_at` or
     above, down at `demote_at` or below (the window then starts afresh); logged as `curriculum/<task>/level` and
@@ -282,13 +141,6 @@ class Curriculum(StepHooks):
                     logs[f"curriculum/{task}/pass_rate"] = round(rate, 3)
 
 
-def render(tasks: TaskSet, levels: dict[str, int], batch: dict) -> dict:
-    """A batch of training indices as prompts, each task at its level in `levels` when the batch is read (the
-    curriculum's, which it moves during the run)."""
-    rows = [tasks.row((task := tasks.pick(i)), levels[task], "train", i) for i in batch["index"]]
-    return {key: [row[key] for row in rows] for key in rows[0]}
-
-
 def build_dataset(split: str = "train", dataset_path: str | None = None, tasks: TaskSet | None = None,
                   levels: dict[str, int] | None = None, train_size: int = 1000, test_size: int = 200) -> Dataset:
     """The rows in dataset_path, or generated prompts with `task`, `level`, `split`, `index` (the item's address,
@@ -300,7 +152,7 @@ def build_dataset(split: str = "train", dataset_path: str | None = None, tasks: 
             raise ValueError(f"{dataset_path} ({split}) lacks column(s) {sorted(missing)}: it has {raw.column_names}; "
                              "the rows address generated items, as build_dataset's do")
         return raw
-    tasks = tasks or TaskSet()
+    tasks = tasks or TaskSet("countdown", 0, SYSTEM_PROMPT)
     levels = levels if levels is not None else dict.fromkeys(tasks.weights, 0)
     if split == "train":
         return Dataset.from_dict({"index": range(train_size)}).with_transform(partial(render, tasks, levels))
@@ -356,7 +208,7 @@ def answer_format_reward(completions, **kwargs) -> list[float]:
 
 def check_golds(tasks: TaskSet, level: int, n: int = 8) -> None:
     """Refuse, in one line, a task whose scorer does not give its own gold answers full marks at `level`: a
-    reasoning-gym version whose scorer broke since REFUSED was measured."""
+    reasoning-gym version whose scorer broke since gym_tasks.REFUSED was measured."""
     for task in tasks.weights:
         rows = [tasks.row(task, level, "train", i) for i in range(n)]
         scores = [tasks.score(row["answer"], task, level, "train", row["index"]) for row in rows]
@@ -367,7 +219,7 @@ def check_golds(tasks: TaskSet, level: int, n: int = 8) -> None:
 
 def setup(script_args: ScriptArguments) -> Setup:
     """The run's tasks (their golds checked), its curriculum, and the rubric that scores against both."""
-    tasks = TaskSet(script_args.tasks, script_args.task_seed)
+    tasks = TaskSet(script_args.tasks, script_args.task_seed, SYSTEM_PROMPT)
     for name in tasks.weights:
         top = tasks.top_level(name)
         if not 0 <= script_args.level <= top:

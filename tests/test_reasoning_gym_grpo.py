@@ -12,6 +12,7 @@ from fractions import Fraction
 import pytest
 
 import reasoning_gym_grpo as recipe
+from grpo_recipes import gym_tasks
 from conftest import ROOT
 from grpo_recipes import options
 from grpo_recipes.refusal import Refusal
@@ -25,7 +26,7 @@ def answered(text: str) -> list[dict]:
 
 
 def scorer_for(task: str, level: int = 0):
-    tasks = recipe.TaskSet(task)
+    tasks = gym_tasks.TaskSet(task, 0, recipe.SYSTEM_PROMPT)
     curriculum = recipe.Curriculum(tasks, level, window=64, promote_at=0.75, demote_at=0.1, enabled=True)
     return tasks, curriculum, recipe.TaskScorer(tasks, curriculum)
 
@@ -91,16 +92,16 @@ MANY_RIGHT_ANSWERS = ("n_queens", "sokoban")
 
 
 @pytest.mark.slow  # a minute in all; reasoning-gym's versions are not the other tiers' business
-@pytest.mark.parametrize("task", recipe.offered_tasks())
+@pytest.mark.parametrize("task", gym_tasks.offered_tasks())
 def test_every_offered_task_pays_its_gold_answer_in_full_and_wrong_answers_nothing_at_its_easiest(task):
     with within(60, f"{task} at level 0"):
         wrong_answers_earn_nothing(task, level=0)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("task", recipe.offered_tasks())
+@pytest.mark.parametrize("task", gym_tasks.offered_tasks())
 def test_every_offered_task_pays_its_gold_answer_in_full_and_wrong_answers_nothing_at_its_hardest(task):
-    tasks = recipe.TaskSet(task)
+    tasks = gym_tasks.TaskSet(task, 0, recipe.SYSTEM_PROMPT)
     with within(120, f"{task} at its hardest level"):
         wrong_answers_earn_nothing(task, level=tasks.max_level(task), items=3)
 
@@ -141,7 +142,7 @@ def test_the_entry_point_refuses_before_any_model_loads():
 def test_the_curriculum_steps_over_levels_reasoning_gym_cannot_generate():
     """caesar_cipher's two hardest curriculum levels ask for a rotation its own config check forbids; modulo_grid's
     level 1 fails its check while 0 and 2 pass."""
-    tasks = recipe.TaskSet("caesar_cipher,modulo_grid")
+    tasks = gym_tasks.TaskSet("caesar_cipher,modulo_grid", 0, recipe.SYSTEM_PROMPT)
     with pytest.raises(Refusal, match="cannot generate it at level"):
         tasks.row("caesar_cipher", tasks.top_level("caesar_cipher"), "train", 0)
     assert 0 < tasks.max_level("caesar_cipher") < tasks.top_level("caesar_cipher")
@@ -156,7 +157,7 @@ def test_the_curriculum_steps_over_levels_reasoning_gym_cannot_generate():
 
 
 def test_training_never_asks_a_held_out_question_even_where_the_task_repeats_itself():
-    tasks = recipe.TaskSet("basic_arithmetic")
+    tasks = gym_tasks.TaskSet("basic_arithmetic", 0, recipe.SYSTEM_PROMPT)
     held_out = recipe.build_dataset("test", tasks=tasks)  # 200 prompts at level 0
     questions = {prompt[1]["content"] for prompt in held_out["prompt"]}
     before = [tasks.row("basic_arithmetic", 0, "train", i)["prompt"][1]["content"] for i in range(2000)]
@@ -165,7 +166,7 @@ def test_training_never_asks_a_held_out_question_even_where_the_task_repeats_its
     after = [tasks.row("basic_arithmetic", 0, "train", i) for i in range(2000)]
     assert not questions & {row["prompt"][1]["content"] for row in after}
     # a skipped prompt keeps the index it used, so the scorer regenerates the item that was asked
-    moved = next(row for row in after if row["index"] >= recipe.STRIDE)
+    moved = next(row for row in after if row["index"] >= gym_tasks.STRIDE)
     assert tasks.score(moved["answer"], "basic_arithmetic", 0, "train", moved["index"]) == 1.0
 
 
