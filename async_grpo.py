@@ -157,19 +157,23 @@ def check_server(training_args, model_args) -> dict:
     config = answer.json()["vllm_config"]
     if model_args.use_peft:
         check_lora_slots(config["lora_config"], training_args, model_args)
+    problems, fixes = [], []  # both at once: a server that has both needs one restart, not two
     device = str((config.get("device_config") or {}).get("device"))
     if device == "cpu" and (config.get("scheduler_config") or {}).get("enable_chunked_prefill"):
         # TRL seeds every request, and vLLM's CPU engine fails a seeded request whose prefill is split in chunks
         # ("CPU Generator does not use offset"): the server would die mid-run, at the first long prompt
-        raise Refusal("the server runs vLLM's CPU engine with chunked prefill, which fails the seeded requests TRL "
-                      "sends: restart it with --no-enable-chunked-prefill")
+        problems.append("runs vLLM's CPU engine with chunked prefill, which fails the seeded requests TRL sends")
+        fixes.append("--no-enable-chunked-prefill")
     mode = (config.get("model_config") or {}).get("logprobs_mode")
     if mode != "processed_logprobs":
         # vLLM's default returns log-probs before temperature and top-p/top-k; TRL's async worker stores them as the
         # rollout's old log-probs while the trainer's are computed after temperature: every importance ratio would be
         # off once --temperature or --top_p moves from 1 (as TRL's own `trl vllm-serve` avoids)
-        raise Refusal(f"the server returns {mode} (vLLM's default), not the sampled distribution's log-probs the "
-                      "importance ratio needs: restart it with --logprobs-mode processed_logprobs")
+        problems.append(f"returns {mode} (vLLM's default), not the sampled distribution's log-probs the importance "
+                        "ratio needs")
+        fixes.append("--logprobs-mode processed_logprobs")
+    if problems:
+        raise Refusal(f"the server {'; and it '.join(problems)}: restart it with {' '.join(fixes)}")
     return config
 
 

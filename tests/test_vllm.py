@@ -337,10 +337,10 @@ def test_async_grpo_trains_on_a_cpu_and_the_server_generates_with_each_new_adapt
 
 
 def test_async_grpo_names_what_the_server_lacks(vllm_kit, tmp_path):
-    """A server without --enable-lora, one serving another model, a full fine-tune without CUDA, a CPU server that
-    prefills in chunks (vLLM's default; its CPU engine fails TRL's seeded requests once a prefill is split) and one
-    that returns raw log-probs (vLLM's default: before temperature and top-p, the wrong old log-probs for the
-    importance ratio) are each one line before the model loads."""
+    """A server without --enable-lora, one serving another model, a full fine-tune without CUDA, and a CPU server that
+    prefills in chunks (vLLM's default; its CPU engine fails TRL's seeded requests once a prefill is split) and returns
+    raw log-probs (vLLM's default: before temperature and top-p, the wrong old log-probs for the importance ratio) are
+    each one line before the model loads, the last naming both fixes."""
     model, other_model = str(vllm_kit / "tiny-qwen2"), str(vllm_kit / "tiny-qwen2-tools")
     with vllm_serve(model, name=model, env=ASYNC_ENV) as base_url:  # no --enable-lora
         no_lora = async_grpo(vllm_kit, base_url, tmp_path / "run", "--max_steps", "1")
@@ -348,22 +348,19 @@ def test_async_grpo_names_what_the_server_lacks(vllm_kit, tmp_path):
                            other_model)
         full = async_grpo(vllm_kit, base_url, tmp_path / "run", "--max_steps", "1", "--use_peft", "false")
     with vllm_serve(model, "--enable-lora", "--max-lora-rank", "16", "--max-loras", "3", "--enable-chunked-prefill",
-                    name=model, env=ASYNC_ENV) as base_url:
-        chunked = async_grpo(vllm_kit, base_url, tmp_path / "run", "--max_steps", "1", "--max_staleness", "1")
-    with vllm_serve(model, "--enable-lora", "--max-lora-rank", "16", "--max-loras", "3", name=model, env=ASYNC_ENV,
-                    logprobs_mode=None) as base_url:
-        raw = async_grpo(vllm_kit, base_url, tmp_path / "run", "--max_steps", "1", "--max_staleness", "1")
+                    name=model, env=ASYNC_ENV, logprobs_mode=None) as base_url:  # both at once: one line, one restart
+        both = async_grpo(vllm_kit, base_url, tmp_path / "run", "--max_steps", "1", "--max_staleness", "1")
     last = {}
-    for name, proc in {"no_lora": no_lora, "other": other, "full": full, "chunked": chunked, "raw": raw}.items():
+    for name, proc in {"no_lora": no_lora, "other": other, "full": full, "both": both}.items():
         assert proc.returncode == 1 and "Traceback" not in proc.stderr, (name, proc.stderr[-3000:])
         last[name] = proc.stderr.strip().splitlines()[-1]
     assert last["no_lora"].startswith("the server was started without LoRA: add --enable-lora"), last
     assert f"serves {model}, not {other_model}: serve that model" in last["other"], last
     assert last["full"].startswith("a full fine-tune syncs weights to vLLM over NCCL, which needs CUDA"), last
-    assert last["chunked"].endswith("restart it with --no-enable-chunked-prefill"), last
-    assert last["raw"].startswith("the server returns raw_logprobs (vLLM's default), not the sampled "
-                                  "distribution's log-probs") and last["raw"].endswith(
-        "restart it with --logprobs-mode processed_logprobs"), last
+    assert last["both"] == ("the server runs vLLM's CPU engine with chunked prefill, which fails the seeded requests "
+                            "TRL sends; and it returns raw_logprobs (vLLM's default), not the sampled distribution's "
+                            "log-probs the importance ratio needs: restart it with --no-enable-chunked-prefill "
+                            "--logprobs-mode processed_logprobs"), last
 
 
 @pytest.mark.parametrize(("recipe", "model", "tool"), [("search_agent_grpo", "tiny-qwen2-search", "search"),
