@@ -193,19 +193,6 @@ class TaskScorer:
         return rewards.score_each(score, completions, task, level, split, index)
 
 
-def answer_format_reward(completions, **kwargs) -> list[float]:
-    """1.0 for exactly one `<answer>...</answer>` block with something in it, else 0.0.
-
-    Gaming it: a well-formed wrong answer earns it, so its weight (0.2) stays far below correctness (1.0).
-    """
-    def score(completion) -> float:
-        text = rewards.completion_text(completion)
-        return float(text.count("<answer>") == 1 and text.count("</answer>") == 1
-                     and bool(text.split("<answer>", 1)[1].split("</answer>", 1)[0].strip()))
-
-    return rewards.score_each(score, completions)
-
-
 def check_golds(tasks: TaskSet, level: int, n: int = 8) -> None:
     """Refuse, in one line, a task whose scorer does not give its own gold answers full marks at `level`: a
     reasoning-gym version whose scorer broke since gym_tasks.REFUSED was measured."""
@@ -227,7 +214,7 @@ def setup(script_args: ScriptArguments) -> Setup:
     check_golds(tasks, script_args.level)
     curriculum = Curriculum(tasks, script_args.level, script_args.curriculum_window, script_args.promote_at,
                             script_args.demote_at, enabled=script_args.curriculum and not script_args.dataset_path)
-    funcs, weights = rewards.combine({TaskScorer(tasks, curriculum): 1.0, answer_format_reward: 0.2})
+    funcs, weights = rewards.combine({TaskScorer(tasks, curriculum): 1.0, rewards.answer_format_reward: 0.2})
     prompts = partial(build_dataset, tasks=tasks, levels=curriculum.levels, train_size=script_args.train_size,
                       test_size=script_args.num_eval_examples)  # the run's tasks, for evaluate.py and async_grpo.py
     return Setup(funcs, weights, callbacks=[curriculum], build_dataset=prompts)
@@ -236,6 +223,10 @@ def setup(script_args: ScriptArguments) -> Setup:
 def datasets(script_args: ScriptArguments, task: Setup, training_args) -> tuple[Dataset, Dataset | None]:
     """Training prompts generated as the trainer reads them (at the curriculum's levels), and the held-out prompts,
     which training then never asks; or both from --dataset_path."""
+    if training_args.world_size > 1 and task.callbacks[0].enabled:
+        # each process would move its levels by its own completions, and render one group's copies at two levels
+        raise Refusal(f"--curriculum: its levels follow the completions one process scores, and here are "
+                      f"{training_args.world_size}: pass --curriculum false (a fixed --level), or train in one process")
     for flag in ("pass_rates", "skip_settled_after"):
         if getattr(training_args, flag) and not script_args.dataset_path:
             raise Refusal(f"--{flag}: this recipe generates its prompts as it trains (its curriculum keeps each task "

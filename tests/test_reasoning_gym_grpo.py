@@ -218,3 +218,32 @@ def test_it_trains_through_its_entry_point_on_the_kit_and_the_curriculum_climbs(
     assert all("rewards/correctness_reward/mean" in log for log in steps)
     evals = [log for log in state["log_history"] if "eval_loss" in log]
     assert evals and not any(key.startswith("curriculum/") for log in evals for key in log)
+
+
+@pytest.mark.slow  # two launches of two processes: 26 s
+def test_two_processes_train_at_a_fixed_level_and_the_curriculum_is_refused_there(base_kit, tmp_path):
+    """Under `accelerate launch` each process scores its own completions: levels moved by them would differ between
+    processes, and a group's copies would be rendered at two levels. So the curriculum is one line there, and a fixed
+    --level trains."""
+    def launch(*flags):
+        cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
+               "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
+               str(ROOT / "reasoning_gym_grpo.py"), "--config", str(base_kit / "reasoning_gym_grpo.yaml"),
+               "--output_dir", str(tmp_path / "ddp"), "--max_steps", "1", "--per_device_train_batch_size", "2",
+               "--eval_strategy", "no", "--save_strategy", "no", *flags]
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=base_kit, check=False)
+
+    refused = launch()
+    # each process refuses in one line; the launcher then reports the failed processes with a traceback of its own
+    assert refused.returncode != 0 and 'reasoning_gym_grpo.py", line' not in refused.stderr, refused.stderr[-3000:]
+    assert "--curriculum: its levels follow the completions one process scores, and here are 2" in refused.stderr
+    fixed = launch("--curriculum", "false", "--level", "1")
+    assert fixed.returncode == 0, fixed.stderr[-3000:]
+    assert "process 1 of 2 ready" in fixed.stderr
+
+
+def test_the_readme_rubric_table_is_the_recipe_rubric():
+    import rewards
+
+    task = recipe.setup(recipe.ScriptArguments(tasks="chain_sum"))
+    assert rewards.rubric_table(task.reward_funcs, task.reward_weights) in (ROOT / "README.md").read_text()
