@@ -115,38 +115,47 @@ def run(script: str, *argv: str, log: Path, threads: int = 1) -> float:
     return time.time() - start
 
 
-def sft_argv(model: Path, data: Path, out: Path, steps: int, seed: int, learning_rate: float = 1e-3) -> list[str]:
-    return ["--recipe", "gsm8k_grpo", "--source", "gold", "--dataset_path", str(data), "--model_name_or_path",
+def sft_argv(model: Path, data: Path, out: Path, steps: int, seed: int, learning_rate: float = 1e-3,
+             recipe: str = "gsm8k_grpo") -> list[str]:
+    return ["--recipe", recipe, "--source", "gold", "--dataset_path", str(data), "--model_name_or_path",
             str(model), "--output_dir", str(out), "--max_steps", str(steps), "--learning_rate", str(learning_rate),
             "--per_device_train_batch_size", "64", "--gradient_accumulation_steps", "1", "--warmup_steps", "0.05",
             "--use_cpu", "--gradient_checkpointing", "false", "--logging_steps", "25", "--seed", str(seed)]
 
 
-def accuracy(model_dir: Path, data_dir: Path) -> dict:
-    """Greedy held-out accuracy (overall, per kind), each completion scored by evaluate.py with the recipe's rubric."""
+def greedy_scored(model_dir: Path, task, examples: list[dict], max_new_tokens: int = 32) -> list[dict]:
+    """Each example's greedy completion from the model in `model_dir`, as evaluate.py's rollout rows, scored by
+    evaluate.py with the recipe's rubric (`task`, its Setup): `row["strict"]` is a right answer."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     import evaluate
-    import gsm8k_grpo
 
     torch.set_num_threads(1)
     tokenizer = AutoTokenizer.from_pretrained(model_dir, padding_side="left")
     model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
-    examples = list(gsm8k_grpo.build_dataset("test", str(data_dir)))
-    kinds = [json.loads(line)["kind"] for line in (data_dir / "test.jsonl").read_text().splitlines()]
     rows = []
     for start in range(0, len(examples), 100):
         prompts = [example["prompt"] for example in examples[start:start + 100]]
         batch = tokenizer.apply_chat_template(prompts, add_generation_prompt=True, padding=True, return_dict=True,
                                               return_tensors="pt")
         with torch.no_grad():
-            output = model.generate(**batch, max_new_tokens=32, do_sample=False)
+            output = model.generate(**batch, max_new_tokens=max_new_tokens, do_sample=False)
         for prompt, ids in zip(prompts, output[:, batch["input_ids"].shape[1]:], strict=True):
             text = tokenizer.decode(ids, skip_special_tokens=True)
             rows.append({"prompt": prompt, "completion": [{"role": "assistant", "content": text}],
                          "usage": {"completion_tokens": 0}})
-    evaluate.score(gsm8k_grpo.setup(gsm8k_grpo.ScriptArguments(dataset_path=str(data_dir))), rows, examples)
+    evaluate.score(task, rows, examples)
+    return rows
+
+
+def accuracy(model_dir: Path, data_dir: Path) -> dict:
+    """Greedy held-out accuracy (overall, per kind), each completion scored by evaluate.py with the recipe's rubric."""
+    import gsm8k_grpo
+
+    examples = list(gsm8k_grpo.build_dataset("test", str(data_dir)))
+    kinds = [json.loads(line)["kind"] for line in (data_dir / "test.jsonl").read_text().splitlines()]
+    rows = greedy_scored(model_dir, gsm8k_grpo.setup(gsm8k_grpo.ScriptArguments(dataset_path=str(data_dir))), examples)
     result = {"all": sum(row["strict"] for row in rows) / len(rows)}
     for kind in KINDS:
         result[kind] = sum(row["strict"] for row, k in zip(rows, kinds, strict=True) if k == kind) / kinds.count(kind)
@@ -173,10 +182,11 @@ def sft_start(seed: int, args) -> tuple[Path, dict, float]:
     return out, before, seconds
 
 
-def grpo_argv(out: Path, output_dir: Path, seed: int, args, *extra: str) -> list[str]:
-    """gsm8k_grpo.py's flags for the demo's GRPO stage, from the SFT model in `out`; `extra` flags go last (win)."""
+def grpo_argv(out: Path, output_dir: Path, seed: int, args, *extra: str, data: str | None = "rl") -> list[str]:
+    """gsm8k_grpo.py's flags for the demo's GRPO stage, from the SFT model in `out`, on the data in `out / data` (None:
+    the recipe's own); `extra` flags go last (win)."""
     steps = str(args.grpo_steps)
-    return ["--dataset_path", str(out / "rl"), "--model_name_or_path", str(out / "sft"),
+    return [*(["--dataset_path", str(out / data)] if data else []), "--model_name_or_path", str(out / "sft"),
             "--output_dir", str(output_dir), "--max_steps", steps, "--learning_rate", str(args.grpo_lr),
             "--lr_scheduler_type", "constant", "--warmup_steps", "0", "--max_grad_norm", "1.0", "--beta", "0",
             "--temperature", str(args.temperature),

@@ -72,3 +72,41 @@ def test_async_demo_gives_both_arms_the_same_grpo_settings_and_each_script_takes
                      "max_completion_length", "seed"):
             assert getattr(late, name) == getattr(sync, name), name
     assert sync.scale_rewards == "group" and sync.beta == 0  # the async trainer's advantage scaling; it has no KL
+
+
+def test_difficulty_demo_arms_parse_with_their_recipes_and_cost_counts_every_completion(tmp_path):
+    """difficulty_demo.py: each arm's flags parse with its recipe and differ from the baseline only in the arm's
+    option; an arm's cost to reach the baseline's final accuracy counts its rating's completions, and an arm that never
+    reaches it has no ratio."""
+    sys.path.insert(0, str(ROOT / "experiments"))
+    import difficulty_demo
+    import gsm8k_grpo
+    import reasoning_gym_grpo
+    from grpo_recipes import options
+
+    args = difficulty_demo.parse_args(["--out_dir", str(tmp_path)])
+    parsed = {}
+    for task, recipe in (("gsm8k", gsm8k_grpo), ("gym", reasoning_gym_grpo)):
+        start = {"dir": tmp_path / task / "seed0"}
+        for arm in difficulty_demo.ARMS[task]:
+            argv = difficulty_demo.arm_argv(task, arm, start, 0, args, tmp_path / "rates.jsonl")
+            script_args, training_args, _ = options.parse_args(recipe.ScriptArguments, recipe.RECIPE_DEFAULTS, argv)
+            assert (training_args.max_steps, training_args.save_steps, training_args.num_generations) == (80, 20, 8)
+            assert training_args.per_device_train_batch_size == 64 and training_args.output_dir.endswith(arm)
+            parsed[arm] = script_args, training_args
+    assert parsed["all"][1].pass_rates is None and parsed["all"][1].skip_settled_after == 0
+    assert parsed["pre-filter"][1].pass_rates == str(tmp_path / "rates.jsonl")
+    assert parsed["skip"][1].skip_settled_after == 1
+    assert (parsed["fixed"][0].curriculum, parsed["fixed"][0].level) == (False, 1)
+    assert (parsed["curriculum"][0].curriculum, parsed["curriculum"][0].level) == (True, 0)
+
+    def run(arm, *points):
+        return {"task": "gsm8k", "seed": 0, "arm": arm, "curve": [{"completions": c, "accuracy": a} for c, a in points]}
+
+    table = difficulty_demo.ratios([run("all", (0, 0.5), (1280, 0.8), (2560, 0.8)),
+                                    run("pre-filter", (640, 0.5), (1920, 0.9), (3200, 0.9)),
+                                    run("skip", (0, 0.5), (1280, 0.6), (2560, 0.7))])
+    by_arm = {row["arm"]: row for row in table}
+    assert by_arm["all"]["completions"] == 1280 and by_arm["all"]["ratio"] == 1.0
+    assert by_arm["pre-filter"]["completions"] == 1920 and by_arm["pre-filter"]["ratio"] == 1.5
+    assert by_arm["skip"]["completions"] is None and by_arm["skip"]["ratio"] is None
