@@ -310,6 +310,10 @@ def main(argv: list[str] | None = None) -> AsyncGRPOTrainer:
         raise Refusal(f"--attn_implementation {model_args.attn_implementation}: the async trainer sets its own (tree "
                       "attention over packed rollouts); drop it")
     task = contract.checked_setup(recipe, script_args)  # pickled into the trainer's rollout process, restarted there
+    if movers := [hooks for hooks in task.callbacks if hooks.moves_rollouts]:  # they would step in this process only
+        raise Refusal(f"{recipe.__name__}'s {type(movers[0]).__name__} moves what the rollouts read as training "
+                      f"steps, and here the rollouts are generated and scored in another process: pass "
+                      f"{movers[0].moves_rollouts}")
     server = check_server(training_args, model_args)
     # here first: a sandbox that cannot start is one line; the memory check counts the server's share of the GPU
     tokenizer = training.prepare(training_args, model_args, task, generation_server=True,

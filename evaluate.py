@@ -219,6 +219,13 @@ def pass_at_k(n: int, correct: int, k: int) -> float:
     return 0.0 if correct == 0 else 1.0 if n - correct < k else 1.0 - math.comb(n - correct, k) / math.comb(n, k)
 
 
+def warn_if_unsampled(args, rows: list[dict]) -> None:
+    """Several rollouts per example at a temperature above 0 that all came back identical: pass@k and pass rates
+    measure nothing then, and the usual cause is the server's (difficulty.unsampled)."""
+    if args.rollouts > 1 and args.temperature > 0 and (problem := difficulty.unsampled(rows)):
+        print(f"warning: {problem}", file=sys.stderr)
+
+
 def summarize(task: contract.Setup, rows: list[dict], rollouts: int) -> str:
     """Reward means over the rollouts that got an answer; accuracy and pass@k over every attempted rollout, a failed
     request counting as a wrong answer (leaving it out would raise both)."""
@@ -346,6 +353,7 @@ def main(argv=None) -> list[dict]:
         row.update(example=i, rollout=r, answer=examples[i].get("answer"))
     score(task, rows, [examples[i] for i, _ in jobs])
     print(summarize(task, rows, args.rollouts))
+    warn_if_unsampled(args, rows)
     for row in rows[: args.show]:
         print(show(row))
     with open(args.out, "w") as f:

@@ -108,6 +108,7 @@ class Curriculum(StepHooks):
 
     def __init__(self, tasks: TaskSet, level: int, window: int, promote_at: float, demote_at: float, enabled: bool):
         self.tasks, self.window, self.enabled = tasks, window, enabled
+        self.moves_rollouts = "--curriculum false (a fixed --level)" if enabled else ""  # the levels rollouts read
         self.promote_at, self.demote_at = promote_at, demote_at
         self.levels = {task: level for task in tasks.weights}
         self.outcomes = {task: deque(maxlen=window) for task in tasks.weights}

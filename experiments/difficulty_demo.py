@@ -25,6 +25,7 @@ baseline needed; "not reached" where it never did within the run.
 
 import argparse
 import json
+import shutil
 import statistics
 import sys
 import time
@@ -53,6 +54,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0], help="one SFT start per seed and task")
     parser.add_argument("--tasks", nargs="+", default=list(ARMS), choices=list(ARMS))
     parser.add_argument("--out_dir", default="runs/difficulty_demo", help="results.json and a folder per task and seed")
+    parser.add_argument("--reuse_starts", action="store_true",
+                        help="reuse the data and SFT starts already in --out_dir; rate and train every arm afresh "
+                             "(replacing the earlier ratings and arms there)")
     parser.add_argument("--grpo_steps", type=int, default=80, help="GRPO steps per arm, 64 completions each")
     parser.add_argument("--eval_every", type=int, default=20, help="steps between held-out evaluations")
     parser.add_argument("--sft_steps", type=int, default=400, help="SFT steps of each start, batch 64, lr 1e-3")
@@ -70,13 +74,18 @@ def demo_args(args, task_dir: Path):
     """cpu_demo's options with this run's sizes (a folder per seed in `task_dir`): its stages are the stages here."""
     return cpu_demo.parse_args(["--out_dir", str(task_dir), "--n_test", str(args.n_test), "--sft_steps",
                                 str(args.sft_steps), "--grpo_steps", str(args.grpo_steps), "--grpo_lr",
-                                str(args.grpo_lr), "--temperature", str(args.temperature)])
+                                str(args.grpo_lr), "--temperature", str(args.temperature),
+                                *(["--overwrite_output_dir"] if args.reuse_starts else [])])
 
 
 # ------------------------------------------------------------------------------------------------- the SFT starts
 def gsm8k_start(seed: int, args) -> dict:
     """cpu_demo's data, tiny model and SFT (its held-out accuracy); the pool of training prompts GRPO draws from."""
-    out, before, seconds = cpu_demo.sft_start(seed, demo_args(args, Path(args.out_dir).resolve() / "gsm8k"))
+    out = Path(args.out_dir).resolve() / "gsm8k" / f"seed{seed}"
+    if args.reuse_starts and (out / "sft" / "config.json").exists():
+        before, seconds = cpu_demo.accuracy(out / "sft", out / "rl"), None
+    else:
+        out, before, seconds = cpu_demo.sft_start(seed, demo_args(args, out.parent))
     pool = out / "pool"  # the first --pool RL problems, and the held-out ones
     pool.mkdir(exist_ok=True)
     (pool / "train.jsonl").write_text("".join(line + "\n" for line in
@@ -97,6 +106,8 @@ def gym_start(seed: int, args) -> dict:
     from grpo_recipes.gym_tasks import TaskSet
 
     out = Path(args.out_dir).resolve() / "gym" / f"seed{seed}"
+    if args.reuse_starts and (out / "sft" / "config.json").exists():
+        return {"dir": out, "sft_seconds": None, "accuracy": held_out_accuracy("gym", out / "sft", seed, args)}
     (out / "gold").mkdir(parents=True, exist_ok=True)
     tasks = TaskSet(GYM_TASK, seed, reasoning_gym_grpo.SYSTEM_PROMPT)
     gold = gym_rows(tasks, 0, "train", 4000)
@@ -130,15 +141,20 @@ def held_out_accuracy(task: str, model_dir: Path, seed: int, args) -> float:
 # ----------------------------------------------------------------------------------------------------------- arms
 def rate_pool(start: dict, seed: int, args) -> tuple[Path, int]:
     """`evaluate.py --pass_rates` on the pool, against the SFT start served by `transformers serve`: (the file, the
-    completions it generated)."""
+    completions it generated). The server gets a copy of the start whose generation_config.json says do_sample:
+    transformers serve decodes greedily without it, whatever the request's temperature (every rate 0 or 1)."""
     out = start["dir"]
-    rates, log = out / "rates.jsonl", out / "rating.log"
-    with transformers_server(out / "sft", out / "serve.log") as base_url:
-        cpu_demo.run("evaluate.py", "gsm8k_grpo", "--base_url", base_url, "--model", str(out / "sft"), "--split",
+    sampling = out / "sft-sampling"
+    shutil.copytree(out / "sft", sampling, dirs_exist_ok=True)
+    config = json.loads((sampling / "generation_config.json").read_text())
+    (sampling / "generation_config.json").write_text(json.dumps({**config, "do_sample": True}, indent=2))
+    with transformers_server(sampling, out / "serve.log") as base_url:
+        cpu_demo.run("evaluate.py", "gsm8k_grpo", "--base_url", base_url, "--model", str(sampling), "--split",
                      "train", "-n", str(args.pool), "-r", str(args.rating_samples), "--dataset_path", str(out / "pool"),
                      "--temperature", str(args.temperature), "--max_tokens", "32", "--concurrency", "8", "--out",
-                     str(out / "rating.jsonl"), "--pass_rates", str(rates), log=log)
-    return rates, args.pool * args.rating_samples
+                     str(out / "rating.jsonl"), "--pass_rates", str(out / "rates.jsonl"),
+                     *(["--overwrite_out"] if args.reuse_starts else []), log=out / "rating.log")
+    return out / "rates.jsonl", args.pool * args.rating_samples
 
 
 def arm_argv(task: str, arm: str, start: dict, seed: int, args, rates: Path | None) -> list[str]:
@@ -197,8 +213,9 @@ def ratios(results: list[dict]) -> list[dict]:
 def main(argv=None) -> dict:
     args = parse_args(argv)
     out = Path(args.out_dir)
-    if out.exists() and any(out.iterdir()):
-        raise Refusal(f"{out} already holds a run: pass another --out_dir (nothing here is deleted)")
+    if out.exists() and any(out.iterdir()) and not args.reuse_starts:
+        raise Refusal(f"{out} already holds a run: pass another --out_dir, or --reuse_starts to train new arms from "
+                      "its SFT starts")
     cpu_demo.os.environ.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")  # everything is built here
     sys.path.insert(0, str(ROOT))
     # imported once here: transformers' lazy imports fail when two threads first reach them at once

@@ -67,6 +67,11 @@ class StepHooks:
     TrainerCallback names them, without importing transformers (its Trainer loads torch: evaluate.py builds a recipe's
     Setup without it). A subclass overrides the ones it needs; `training.trainer_callbacks` hands them to a trainer."""
 
+    # Hooks that move what the rollouts read (a curriculum's levels) must run in the process that generates and
+    # scores them: where that is another process (async_grpo.py), they are refused, and this names the flag that
+    # turns them off. Empty: the hooks move nothing the rollouts read.
+    moves_rollouts: str = ""
+
     def on_train_begin(self, args, state, control, **kwargs):
         pass
 

@@ -55,6 +55,23 @@ def pass_rates(rows: list[dict], prompts: list) -> list[dict]:
              "pass_rate": passed / samples if samples else None} for i, (samples, passed) in counts.items()]
 
 
+def unsampled(rows: list[dict]) -> str | None:
+    """What is wrong when every prompt with two or more answered samples got one and the same completion each time:
+    a server that decodes greedily whatever the request's temperature (transformers serve samples only where the
+    model's generation_config.json says "do_sample": true), so every pass rate is 0 or 1. None otherwise."""
+    texts: dict[int, list[str]] = {}
+    for row in rows:
+        if row["error"] is None:
+            texts.setdefault(row["example"], []).append(json.dumps(row["completion"], sort_keys=True, default=str))
+    sampled = [completions for completions in texts.values() if len(completions) > 1]
+    if len(sampled) < 2 or any(len(set(completions)) > 1 for completions in sampled):
+        return None
+    return (f"each of the {len(sampled)} prompts got the same completion in every sample: the server may not be "
+            "sampling (transformers serve samples only when the model's generation_config.json has \"do_sample\": "
+            "true; vLLM samples at the request's temperature), and then every pass rate is 0 or 1 and pass@k is "
+            "pass@1")
+
+
 def describe(rates: list[dict]) -> str:
     """How many prompts no sample solved, every sample solved, and the rest (the ones GRPO learns from)."""
     rated = [r["pass_rate"] for r in rates if r["pass_rate"] is not None]

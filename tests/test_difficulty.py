@@ -81,7 +81,11 @@ def test_evaluate_writes_pass_rates_and_a_recipe_trains_on_the_prompts_they_keep
                    str(tmp_path / "rollouts.jsonl"), "--pass_rates", str(rates)])
     written = [json.loads(line) for line in rates.read_text().splitlines()]
     assert len(written) == 6 and all(r["samples"] == 2 for r in written)
-    assert "wrote the pass rates of 6 prompts to" in capsys.readouterr().out
+    printed = capsys.readouterr()
+    assert "wrote the pass rates of 6 prompts to" in printed.out
+    # the tiny model's generation_config.json leaves do_sample unset: transformers serve decodes greedily at any
+    # temperature, so each prompt's 2 samples are the same text, and evaluate.py says what that does to the rates
+    assert "each of the 6 prompts got the same completion in every sample: the server may not" in printed.err
     # the tiny server solves none, so 6 of the toy set's 48 training prompts are dropped, the other 42 kept (unrated)
     never = sum(r["pass_rate"] == 0.0 for r in written)
     proc = subprocess.run([sys.executable, str(ROOT / "gsm8k_grpo.py"), "--config", str(base_kit / "gsm8k_grpo.yaml"),
@@ -90,6 +94,19 @@ def test_evaluate_writes_pass_rates_and_a_recipe_trains_on_the_prompts_they_keep
                           timeout=300, cwd=base_kit, stdin=subprocess.DEVNULL)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert f"kept {48 - never} of 48 training prompts; dropped {never} with a pass rate <= 0" in proc.stderr
+
+
+def test_identical_samples_are_named_only_when_no_prompt_got_two_different_completions():
+    def rows(*per_prompt):
+        return [{"example": i, "error": None, "completion": [{"role": "assistant", "content": text}]}
+                for i, texts in enumerate(per_prompt) for text in texts]
+
+    assert difficulty.unsampled(rows(["4", "4"], ["7", "7", "7"])).startswith("each of the 2 prompts got the same")
+    assert difficulty.unsampled(rows(["4", "4"], ["7", "8"])) is None  # one prompt's samples differ: it samples
+    assert difficulty.unsampled(rows(["4", "4"], ["7"])) is None  # one prompt with two samples is no evidence
+    failed = rows(["4", "4"], ["7", "7"])
+    failed[0]["error"] = "HTTP 500"  # a failed request is no sample: prompt 0 has one left
+    assert difficulty.unsampled(failed) is None
 
 
 def test_evaluate_never_replaces_pass_rates_that_were_paid_for(tmp_path):

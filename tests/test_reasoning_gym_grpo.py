@@ -139,6 +139,23 @@ def test_the_entry_point_refuses_before_any_model_loads():
     assert proc.stderr.strip().splitlines()[-1].startswith("--tasks puzzle24: its scorer pays any expression")
 
 
+def test_async_grpo_refuses_the_curriculum_its_rollout_process_would_never_move(tmp_path):
+    """async_grpo.py generates and scores in a spawned process: the levels there are a copy the trainer's steps never
+    move, so the curriculum is one line before any server or model, and a fixed level passes that check."""
+    import async_grpo
+
+    argv = ["reasoning_gym_grpo", "--tasks", "chain_sum", "--output_dir", str(tmp_path), "--model_name_or_path",
+            "/nonexistent-model", "--vllm_server_base_url", "http://127.0.0.1:9"]
+    with pytest.raises(Refusal) as refusal:
+        async_grpo.main(argv)
+    assert str(refusal.value) == ("reasoning_gym_grpo's Curriculum moves what the rollouts read as training steps, "
+                                  "and here the rollouts are generated and scored in another process: pass "
+                                  "--curriculum false (a fixed --level)")
+    with pytest.raises(Refusal) as refusal:  # the next check's: the server
+        async_grpo.main([*argv, "--curriculum", "false"])
+    assert "Curriculum" not in str(refusal.value)
+
+
 def test_the_curriculum_steps_over_levels_reasoning_gym_cannot_generate():
     """caesar_cipher's two hardest curriculum levels ask for a rotation its own config check forbids; modulo_grid's
     level 1 fails its check while 0 and 2 pass."""
