@@ -26,6 +26,7 @@ import os
 import random
 import subprocess
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -38,6 +39,10 @@ NAMES = ["Ava", "Ben", "Chidi", "Dana", "Elif", "Farid", "Grace", "Hiro", "Ines"
 ITEMS = ["marbles", "stickers", "apples", "pencils", "stamps", "shells"]
 KINDS = ["add", "subtract", "compare"]
 TEACHER_ERROR = 0.6  # share of compare problems the teacher solves by adding
+# One held-out evaluation at a time in this process: loading a model and a dataset is not thread-safe (two threads at
+# once got models that answered 0 of 300 held-out problems where one alone answered 205, and a tqdm AttributeError
+# from datasets); the demos that train two arms at once evaluate them in threads.
+EVALUATING = threading.RLock()
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -132,20 +137,21 @@ def greedy_scored(model_dir: Path, task, examples: list[dict], max_new_tokens: i
     import evaluate
 
     torch.set_num_threads(1)
-    tokenizer = AutoTokenizer.from_pretrained(model_dir, padding_side="left")
-    model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
-    rows = []
-    for start in range(0, len(examples), 100):
-        prompts = [example["prompt"] for example in examples[start:start + 100]]
-        batch = tokenizer.apply_chat_template(prompts, add_generation_prompt=True, padding=True, return_dict=True,
-                                              return_tensors="pt")
-        with torch.no_grad():
-            output = model.generate(**batch, max_new_tokens=max_new_tokens, do_sample=False)
-        for prompt, ids in zip(prompts, output[:, batch["input_ids"].shape[1]:], strict=True):
-            text = tokenizer.decode(ids, skip_special_tokens=True)
-            rows.append({"prompt": prompt, "completion": [{"role": "assistant", "content": text}],
-                         "usage": {"completion_tokens": 0}})
-    evaluate.score(task, rows, examples)
+    with EVALUATING:
+        tokenizer = AutoTokenizer.from_pretrained(model_dir, padding_side="left")
+        model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
+        rows = []
+        for start in range(0, len(examples), 100):
+            prompts = [example["prompt"] for example in examples[start:start + 100]]
+            batch = tokenizer.apply_chat_template(prompts, add_generation_prompt=True, padding=True, return_dict=True,
+                                                  return_tensors="pt")
+            with torch.no_grad():
+                output = model.generate(**batch, max_new_tokens=max_new_tokens, do_sample=False)
+            for prompt, ids in zip(prompts, output[:, batch["input_ids"].shape[1]:], strict=True):
+                text = tokenizer.decode(ids, skip_special_tokens=True)
+                rows.append({"prompt": prompt, "completion": [{"role": "assistant", "content": text}],
+                             "usage": {"completion_tokens": 0}})
+        evaluate.score(task, rows, examples)
     return rows
 
 
@@ -153,7 +159,8 @@ def accuracy(model_dir: Path, data_dir: Path) -> dict:
     """Greedy held-out accuracy (overall, per kind), each completion scored by evaluate.py with the recipe's rubric."""
     import gsm8k_grpo
 
-    examples = list(gsm8k_grpo.build_dataset("test", str(data_dir)))
+    with EVALUATING:  # datasets' loading is not thread-safe either
+        examples = list(gsm8k_grpo.build_dataset("test", str(data_dir)))
     kinds = [json.loads(line)["kind"] for line in (data_dir / "test.jsonl").read_text().splitlines()]
     rows = greedy_scored(model_dir, gsm8k_grpo.setup(gsm8k_grpo.ScriptArguments(dataset_path=str(data_dir))), examples)
     result = {"all": sum(row["strict"] for row in rows) / len(rows)}

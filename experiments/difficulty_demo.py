@@ -132,8 +132,9 @@ def held_out_accuracy(task: str, model_dir: Path, seed: int, args) -> float:
     import reasoning_gym_grpo
 
     script_args = reasoning_gym_grpo.ScriptArguments(tasks=GYM_TASK, task_seed=seed)
-    setup = reasoning_gym_grpo.setup(script_args)
-    examples = list(setup.build_dataset("test", levels={GYM_TASK: args.target_level}, test_size=args.n_test))
+    with cpu_demo.EVALUATING:  # datasets is not thread-safe
+        setup = reasoning_gym_grpo.setup(script_args)
+        examples = list(setup.build_dataset("test", levels={GYM_TASK: args.target_level}, test_size=args.n_test))
     rows = cpu_demo.greedy_scored(model_dir, setup, examples, max_new_tokens=24)
     return sum(row["strict"] for row in rows) / len(rows)
 
