@@ -164,10 +164,11 @@ def arm_argv(task: str, arm: str, start: dict, seed: int, args, rates: Path | No
     out, demo = start["dir"], demo_args(args, start["dir"].parent)
     folder = out / "arms" / arm
     flags = [flag.format(rates=rates, target=args.target_level) for flag in ARMS[task][arm]]
+    flags += ["--save_steps", str(args.eval_every), "--save_total_limit", str(args.grpo_steps)]  # every checkpoint kept
     if task == "gsm8k":
-        return cpu_demo.grpo_argv(out, folder, seed, demo, *flags, "--save_steps", str(args.eval_every), data="pool")
+        return cpu_demo.grpo_argv(out, folder, seed, demo, *flags, data="pool")
     return cpu_demo.grpo_argv(out, folder, seed, demo, "--tasks", GYM_TASK, "--task_seed", str(seed),
-                              "--max_completion_length", "24", *flags, "--save_steps", str(args.eval_every), data=None)
+                              "--max_completion_length", "24", *flags, data=None)
 
 
 def train_arm(task: str, arm: str, start: dict, seed: int, args, rating: tuple[Path, int] | None) -> dict:
