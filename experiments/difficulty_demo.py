@@ -58,7 +58,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="reuse the data and SFT starts already in --out_dir; rate and train every arm afresh "
                              "(replacing the earlier ratings and arms there)")
     parser.add_argument("--grpo_steps", type=int, default=80, help="GRPO steps per arm, 64 completions each")
-    parser.add_argument("--eval_every", type=int, default=20, help="steps between held-out evaluations")
+    parser.add_argument("--eval_every", type=int, default=5, help="steps between held-out evaluations")
     parser.add_argument("--sft_steps", type=int, default=400, help="SFT steps of each start, batch 64, lr 1e-3")
     parser.add_argument("--pool", type=int, default=160, help="gsm8k: training prompts GRPO draws from")
     parser.add_argument("--rating_samples", type=int, default=4, help="gsm8k: completions per prompt to rate it")

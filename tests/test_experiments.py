@@ -91,9 +91,9 @@ def test_difficulty_demo_arms_parse_with_their_recipes_and_cost_counts_every_com
         for arm in difficulty_demo.ARMS[task]:
             argv = difficulty_demo.arm_argv(task, arm, start, 0, args, tmp_path / "rates.jsonl")
             script_args, training_args, _ = options.parse_args(recipe.ScriptArguments, recipe.RECIPE_DEFAULTS, argv)
-            assert (training_args.max_steps, training_args.save_steps, training_args.num_generations) == (80, 20, 8)
+            assert (training_args.max_steps, training_args.save_steps, training_args.num_generations) == (80, 5, 8)
             assert training_args.per_device_train_batch_size == 64 and training_args.output_dir.endswith(arm)
-            assert training_args.save_total_limit >= 80 / 20  # each checkpoint is evaluated after the run
+            assert training_args.save_total_limit >= 80 / 5  # each checkpoint is evaluated after the run
             parsed[arm] = script_args, training_args
     assert parsed["all"][1].pass_rates is None and parsed["all"][1].skip_settled_after == 0
     assert parsed["pre-filter"][1].pass_rates == str(tmp_path / "rates.jsonl")
