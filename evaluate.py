@@ -104,13 +104,17 @@ def run_tool(tools: dict, call) -> str:
 
 def rollout(client, args, environment_factory, example: dict, max_turns: int) -> dict:
     """One conversation: the model's turns and, for tool recipes, the results of its environment's tools (one
-    environment per rollout, reset with the example's row first, as TRL's loop does), until it stops calling them."""
+    environment per rollout, reset with the example's row first, as TRL's loop does: the text reset returns, a game's
+    first observation, is appended to the last prompt message), until it stops calling them."""
     environment = environment_factory() if environment_factory is not None else None
+    messages = list(example["prompt"])
     if environment is not None:
-        environment.reset(**example)
+        observation = environment.reset(**example)
+        if isinstance(observation, str) and isinstance(messages[-1].get("content"), str):
+            messages[-1] = {**messages[-1], "content": messages[-1]["content"] + observation}
     tools = {f.__name__: f for f in contract.environment_tools(environment)} if environment is not None else {}
     schemas = tool_schemas(tools)
-    messages, completion, usage = list(example["prompt"]), [], {"prompt_tokens": 0, "completion_tokens": 0}
+    completion, usage = [], {"prompt_tokens": 0, "completion_tokens": 0}
     sent = []  # the conversation as the API takes it back: a tool call's arguments as the JSON string it returned
     try:
         for _ in range(max_turns + 1):

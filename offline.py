@@ -3,6 +3,7 @@
     python offline.py                    # ~8 s: toy data, the tiny model, gsm8k_grpo.yaml and sft_warmstart.yaml
     python offline.py --tools --search   # + warm starts that call the tools (~30 s each) and their configs
     python offline.py --code             # + toy code problems, a tiny model warm-started to write code, its config
+    python offline.py --games            # + a tiny model warm-started to play game_grpo.py's game
     python gsm8k_grpo.py --config offline/gsm8k_grpo.yaml
     python offline.py --serve_judge &    # the stand-in judge judge_grpo.yaml names (grpo_recipes/kit_judge.py)
 
@@ -13,6 +14,7 @@ offline/passage_toy/{train,test}.jsonl  toy passage questions for judge_grpo.py 
 offline/tiny-qwen2/                     a random Qwen2ForCausalLM (~0.17M parameters) with a byte-level BPE tokenizer
                                         trained on the kit's text and TRL's bundled Qwen2.5 chat template
 offline/tiny-qwen2-{tools,search}/      the same model after a short SFT on tool-call conversations (--tools, --search)
+offline/tiny-qwen2-games/               with --games: after a short SFT on guess-the-number games played by halving
 offline/tiny-qwen2-code*/               with --code: a tiny model with a tokenizer trained on code, and its warm start
 offline/tiny-qwen3*/                    with --thinking, instead: Qwen3's chat template (enable_thinking), warm starts
                                         that think before each turn, and configs with `thinking: true`
@@ -275,6 +277,31 @@ def tool_call_conversations(data_dir: str | Path, system_prompt: str, split: str
     return conversations
 
 
+def game_conversations(seeds, max_number: int, max_turns: int) -> list[dict]:
+    """game_grpo's guess_the_number played by halving what the hints allow, one guess a turn, as TRL's loop renders an
+    episode: the game's first observation appended to the prompt, each guess a tool call, each answer a tool message,
+    a one-line reply after the game's end."""
+    import game_grpo
+
+    conversations = []
+    for seed in seeds:
+        game = game_grpo.GuessTheNumber(max_number, max_turns)
+        prompt = game_grpo.build_dataset("train", train_size=1)[0]["prompt"]
+        messages = [*prompt[:-1], {**prompt[-1], "content": prompt[-1]["content"] + game.reset(seed=seed)}]
+        low, high = 1, max_number
+        while not game.done:
+            number = (low + high) // 2
+            answer = game.guess(number)
+            low, high = (number + 1, high) if "higher" in answer else (low, number - 1) if "lower" in answer else (
+                low, high)
+            call = {"type": "function", "function": {"name": "guess", "arguments": {"number": number}}}
+            messages += [{"role": "assistant", "content": "", "tool_calls": [call]},
+                         {"role": "tool", "name": "guess", "content": answer}]
+        messages.append({"role": "assistant", "content": "I won." if game.won else "I lost."})
+        conversations.append({"messages": messages})
+    return conversations
+
+
 def with_thinking(conversations: list[dict]) -> list[dict]:
     """The same conversations from a thinking model: a short <think> block (reasoning_content) before every
     assistant turn, as Qwen3 writes with enable_thinking."""
@@ -368,6 +395,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--tools", action="store_true", help="also warm-start a model for tool_use_grpo.py")
     parser.add_argument("--search", action="store_true", help="also a search corpus and a model for search_agent_grpo")
     parser.add_argument("--code", action="store_true", help="also toy code problems and a model for code_grpo.py")
+    parser.add_argument("--games", action="store_true", help="also a model warm-started to play game_grpo.py's game")
     parser.add_argument("--thinking", action="store_true", help="a thinking model instead (tiny-qwen3*): Qwen3's chat "
                         "template, warm starts that think before each turn, and configs with thinking: true")
     parser.add_argument("--vllm", action="store_true", help="models vLLM's CPU build accepts: hidden size 128, so "
@@ -426,6 +454,7 @@ def main(argv: list[str] | None = None) -> None:
     gym_config = {**{k: v for k, v in config.items() if k != "dataset_path"}, "tasks": "chain_sum",
                   "output_dir": str(out / "runs" / "reasoning_gym_grpo")}
     written.append(write_config(out / "reasoning_gym_grpo.yaml", gym_config))
+    tools_dir = None
     if args.tools:
         interpreter = tool_use_grpo.setup(tool_use_grpo.ScriptArguments()).environment_factory()  # (not started)
         tools_dir = warm_start(model_dir, out / f"{name}-tools", conversations, environment_tools(interpreter),
@@ -433,6 +462,19 @@ def main(argv: list[str] | None = None) -> None:
         tool_config = {**config, "model_name_or_path": str(tools_dir), "max_completion_length": 96,
                        "max_tool_calling_iterations": 2, "output_dir": str(out / "runs" / "tool_use_grpo")}
         written += [tools_dir, write_config(out / "tool_use_grpo.yaml", tool_config)]
+    # game_grpo generates its games: 1..8 in 4 guesses. Its model: with --games, one warm-started on games played by
+    # halving; else with --tools the interpreter's (its calls reach the game as invalid moves), else the base model.
+    game_model = tools_dir or model_dir
+    if args.games:
+        import game_grpo
+
+        game_model = warm_start(model_dir, out / f"{name}-games", think(game_conversations(range(400), 8, 4)),
+                                environment_tools(game_grpo.GuessTheNumber()), steps=args.sft_steps, seed=args.seed)
+        written.append(game_model)
+    game_config = {**{k: v for k, v in config.items() if k != "dataset_path"}, "max_number": 8, "max_turns": 4,
+                   "max_tool_calling_iterations": 4, "max_completion_length": 320,
+                   "model_name_or_path": str(game_model), "output_dir": str(out / "runs" / "game_grpo")}
+    written.append(write_config(out / "game_grpo.yaml", game_config))
     if args.search:
         search_options = {"corpus_path": str(search_dir / "corpus.jsonl"), "index_dir": str(out / "bm25_index"),
                           "search_top_k": 2, "snippet_chars": 90}

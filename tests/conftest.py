@@ -67,7 +67,7 @@ def kept_kit(name: str, flags: tuple[str, ...]) -> Path | None:
     return Path(folder) / f"{name}-{source.hexdigest()[:16]}"
 
 
-KITS = ("base_kit", "kit", "code_kit", "thinking_kit", "vllm_kit")
+KITS = ("base_kit", "kit", "code_kit", "thinking_kit", "vllm_kit", "game_kit")
 
 
 def pytest_collection_modifyitems(items):
@@ -86,6 +86,12 @@ def base_kit(tmp_path_factory, worker_id) -> Path:
 def kit(tmp_path_factory, worker_id) -> Path:
     """`python offline.py --tools --search`: toy data, the tiny model, its two warm starts, configs."""
     return built_once(tmp_path_factory, worker_id, "offline", "--tools", "--search")
+
+
+@pytest.fixture(scope="session")
+def game_kit(tmp_path_factory, worker_id) -> Path:
+    """`python offline.py --games`: the base kit and a tiny model warm-started on games played by halving."""
+    return built_once(tmp_path_factory, worker_id, "offline-games", "--games")
 
 
 @pytest.fixture(scope="session")

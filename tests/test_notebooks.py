@@ -163,7 +163,7 @@ def test_each_notebook_runs_headless_on_cpu_from_an_empty_folder_and_plots_its_t
     printed = "".join(output.get("text", "") for output in last)
     if recipe != "sft_warmstart":  # an RL run also shows completions of its last step with their rewards
         assert "completion 1 of the last step" in printed
-        assert any(name in printed for name in ("correctness", "match", "tests_passed", "judge"))
+        assert any(name in printed for name in ("correctness", "match", "tests_passed", "judge", "game_won"))
     installing = next(cell for cell in notebook.cells if "%pip install" in cell.source)
     assert "Successfully installed" not in "".join(o.get("text", "") for o in installing.outputs)  # all were there
     if recipe != "sft_warmstart":  # the last cell: the trained model on held-out prompts, with their rewards
