@@ -106,9 +106,10 @@ def test_the_policy_vllm_samples_from_is_the_policy_being_trained(vllm_kit, tmp_
     LoRA without dropout, the recipes' default: with TRL's 0.05 the trained model's own logprobs carry dropout noise
     that grows with the adapter (the mean difference reached 0.05 by step 8, synced; <= 0.0066 without), which TRL's
     importance-sampling correction reads as off-policy."""
-    rate = ["--use_peft", "false", "--learning_rate", "1e-3"] if tuning == "full" else \
-        ["--use_peft", "--lora_learning_rate", "1e-2", "--num_generations", "8",
-         "--per_device_train_batch_size", "8"]  # 8 completions a group: more groups with rewards that differ
+    groups = ["--num_generations", "8", "--per_device_train_batch_size", "8"]  # 8 completions a group: more groups
+    # with rewards that differ (with 4, CI once saw 1 step of 8 move the full fine-tune's weights)
+    rate = ["--use_peft", "false", "--learning_rate", "1e-3", *groups] if tuning == "full" else \
+        ["--use_peft", "--lora_learning_rate", "1e-2", *groups]
     history, log = train("tool_use_grpo", vllm_kit, tmp_path, "--max_steps", "8", "--eval_steps", "4",
                          "--save_steps", "8", *rate)
     assert "generation with vLLM (colocate, 0.30 of the GPU, context the model default)" in log  # no CUDA: TRL's
@@ -190,6 +191,7 @@ RECIPE_FLAGS = {
     "judge_grpo": lambda kit: ["--dataset_path", str(kit / "passage_toy"), "--judge_base_url", kit_judge_url(),
                                "--judge_model", kit_judge.MODEL],
     "reasoning_gym_grpo": lambda kit: ["--tasks", "chain_sum"],  # generates its prompts
+    "game_grpo": lambda kit: ["--max_number", "8", "--max_turns", "4"],  # generates its games
 }
 
 
