@@ -339,3 +339,37 @@ def test_the_turn_limit_and_the_token_budget_end_episodes_cleanly(game_kit, tmp_
         cut = game_grpo.main([*common, "--max_completion_length", "24", "--output_dir", str(tmp_path / "tokens")])
     step = [log for log in cut.state.log_history if "loss" in log][0]
     assert step["game/unfinished"] > 0.25 and step["completions/max_length"] <= 24
+
+
+@pytest.mark.slow
+def test_evaluate_plays_the_game_then_sft_on_its_wins_then_grpo(game_kit, tmp_path, capsys):
+    """The workflow against a real OpenAI-compatible server: the served model plays through the tools API, with the
+    game's first observation in its prompt; its won episodes are the SFT data; GRPO starts from the result."""
+    import evaluate
+    import sft_warmstart
+    from conftest import serve
+
+    served = serve(str(game_kit / "tiny-qwen2-games"))
+    base_url, model = next(served)
+    try:
+        out = tmp_path / "rollouts.jsonl"
+        evaluate.main(["game_grpo", "--base_url", base_url, "--model", model, "-n", "6", "-r", "2", "--max_tokens",
+                       "48", "--max_number", "8", "--max_turns", "4", "--out", str(out)])
+    finally:
+        served.close()
+    saved = [json.loads(line) for line in out.read_text().splitlines()]
+    assert all(row["error"] is None for row in saved), saved[0]["error"]
+    assert all("I am thinking of a whole number from 1 to 8" in row["prompt"][-1]["content"] for row in saved)
+    answers = [m["content"] for row in saved for m in row["completion"] if m["role"] == "tool"]
+    assert any("is wrong: the number is" in a or a.startswith("Correct!") for a in answers), answers[:4]
+    for row in saved:  # the rubric's record is the game's: a won episode's last answer says so
+        won = any(m["role"] == "tool" and m["content"].startswith("Correct!") for m in row["completion"])
+        assert row["scores"]["game_won_reward"] == float(won)
+    assert any(row["strict"] for row in saved), "the warm-started model won no game"
+    sft = sft_warmstart.main(["--recipe", "game_grpo", "--source", "rollouts", "--rollouts", str(out),
+                              "--min_reward", "1.0", "--model_name_or_path", model, "--output_dir",
+                              str(tmp_path / "sft"), "--max_steps", "2", "--use_cpu", "--gradient_checkpointing",
+                              "false"])
+    trainer = game_grpo.main(["--config", str(game_kit / "game_grpo.yaml"), "--model_name_or_path", str(sft),
+                              "--max_steps", "1", "--eval_strategy", "no", "--output_dir", str(tmp_path / "grpo")])
+    assert trainer.state.global_step == 1
