@@ -2,7 +2,7 @@
 move, ends the episode, and owns the reward. The template for your own environment (a simulator, an API with state).
 
 One GPU:                          python game_grpo.py
-A textarena game (offline):       python game_grpo.py --game textarena:TowerOfHanoi-v0 --max_turns 12
+A textarena game (offline):       python game_grpo.py --game textarena:TowerOfHanoi-v0 --turn_limit 12
 Check it against an API first:    python evaluate.py game_grpo --base_url ... --model ... -r 4
 Offline on CPU, tiny model:       python offline.py --tools && python game_grpo.py --config offline/game_grpo.yaml
 Jupyter or Colab (free T4):       notebooks/game_grpo.ipynb, generated from this file
@@ -53,7 +53,7 @@ RECIPE_DEFAULTS = {
     "per_device_train_batch_size": 16 if ON_COLAB else 8,
     "gradient_accumulation_steps": 1 if ON_COLAB else 4,  # 4 games × 8 episodes per optimizer step
     "max_completion_length": 1024 if ON_COLAB else 2048,  # the whole episode: every move and every answer
-    "max_tool_calling_iterations": 10,  # turns TRL runs, at least --max_turns (checked): the game ends the episode
+    "max_tool_calling_iterations": 10,  # turns TRL runs, at least --turn_limit (checked): the game ends the episode
     "mask_truncated_completions": True,  # an episode cut mid-turn by the token budget is left out of the loss
     "max_steps": 100 if ON_COLAB else 300,  # generated games: the steps, not an epoch, end the run
     "logging_steps": 1, "num_completions_to_print": 2,
@@ -70,8 +70,8 @@ class ScriptArguments:
     game: str = arg("guess_the_number", "guess_the_number (this file's game), or textarena:<GameId> for one of "
                                         "textarena's single-player games that run offline (textarena:TowerOfHanoi-v0).")
     max_number: int = arg(100, "guess_the_number: the secret is a whole number from 1 to this.")
-    max_turns: int = arg(7, "Moves per episode; the game ends the episode as a loss after the last one (7: enough to "
-                            "halve 1..100 down to one number).")
+    turn_limit: int = arg(7, "Moves per episode; the game ends the episode as a loss after the last one (7: enough to "
+                             "halve 1..100 down to one number). Not evaluate.py's --max_turns, its rounds of calls.")
     train_size: int = arg(100_000, "Training games (each a seed) per epoch.")
     dataset_path: str | None = arg(None, "Games to play, rows with a `seed` column: a file or a folder with train.* "
                                          "and test.* files. Default: generated seeds.")
@@ -179,11 +179,11 @@ class GuessTheNumber:
 def new_game(script_args: ScriptArguments):
     """The factory of the game the flags choose: TRL calls it once per rollout (and the rubric once per replay)."""
     if script_args.game == "guess_the_number":
-        return functools.partial(GuessTheNumber, script_args.max_number, script_args.max_turns)
+        return functools.partial(GuessTheNumber, script_args.max_number, script_args.turn_limit)
     if script_args.game.startswith(games.TEXTARENA_PREFIX):
         game_id = script_args.game.removeprefix(games.TEXTARENA_PREFIX)
         games.open_textarena(game_id)  # a game that cannot run here is one line now, not an error in every rollout
-        return functools.partial(games.TextArenaGame, game_id, script_args.max_turns)
+        return functools.partial(games.TextArenaGame, game_id, script_args.turn_limit)
     raise Refusal(f"--game {script_args.game}: use guess_the_number or textarena:<GameId> (textarena:TowerOfHanoi-v0)")
 
 
@@ -198,8 +198,8 @@ REWARD_WEIGHTS = {rewards.game_won_reward: 1.0, rewards.game_efficiency_reward: 
 
 def setup(script_args: ScriptArguments) -> Setup:
     """The game the flags choose, one per rollout, and the rubric bound to the same game for its replays."""
-    if script_args.max_turns < 1 or script_args.max_number < 1:
-        raise Refusal("--max_turns and --max_number: at least 1")
+    if script_args.turn_limit < 1 or script_args.max_number < 1:
+        raise Refusal("--turn_limit and --max_number: at least 1")
     factory = new_game(script_args)
     funcs, weights = rewards.combine({functools.partial(reward, new_game=factory): weight
                                       for reward, weight in REWARD_WEIGHTS.items()})
@@ -220,9 +220,9 @@ def main(argv: list[str] | None = None):
     from grpo_recipes import training
 
     script_args, training_args, model_args = options.parse_args(ScriptArguments, RECIPE_DEFAULTS, argv)
-    if training_args.max_tool_calling_iterations < script_args.max_turns:
+    if training_args.max_tool_calling_iterations < script_args.turn_limit:
         raise Refusal(f"--max_tool_calling_iterations {training_args.max_tool_calling_iterations} is below "
-                      f"--max_turns {script_args.max_turns}: TRL would stop every long episode before the game ends it")
+                      f"--turn_limit {script_args.turn_limit}: TRL would stop long episodes before the game ends them")
     task = setup(script_args)  # the game and its rubric
     tokenizer = training.prepare(training_args, model_args, task)
     train_dataset, eval_dataset = data.load_splits(task.build_dataset, training_args, script_args.dataset_path,

@@ -471,7 +471,7 @@ def main(argv: list[str] | None = None) -> None:
         game_model = warm_start(model_dir, out / f"{name}-games", think(game_conversations(range(400), 8, 4)),
                                 environment_tools(game_grpo.GuessTheNumber()), steps=args.sft_steps, seed=args.seed)
         written.append(game_model)
-    game_config = {**{k: v for k, v in config.items() if k != "dataset_path"}, "max_number": 8, "max_turns": 4,
+    game_config = {**{k: v for k, v in config.items() if k != "dataset_path"}, "max_number": 8, "turn_limit": 4,
                    "max_tool_calling_iterations": 4, "max_completion_length": 320,
                    "model_name_or_path": str(game_model), "output_dir": str(out / "runs" / "game_grpo")}
     written.append(write_config(out / "game_grpo.yaml", game_config))

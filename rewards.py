@@ -411,7 +411,7 @@ def game_won_reward(completions, seed, new_game, log_metric=None, **kwargs) -> l
         log_metric("game/invalid_moves", sum(game.invalid_moves for game in played) / len(played))
     if log_metric is not None and sum(cut) > len(played) / 4:
         warnings.warn("over a quarter of a batch's episodes were cut before the game ended them (game/unfinished): "
-                      "raise --max_completion_length or --max_tool_calling_iterations, or lower --max_turns",
+                      "raise --max_completion_length or --max_tool_calling_iterations, or lower --turn_limit",
                       RuntimeWarning, stacklevel=2)
     return [None if unfinished else float(game.done and game.won) for game, unfinished in zip(played, cut,
                                                                                                 strict=True)]

@@ -79,7 +79,7 @@ def recipe_argv(recipe: str, kit: Path, judge_url: str) -> list[str]:
     if recipe == "reasoning_gym_grpo":  # generates its prompts: chain_sum's are a tiny model's size
         return ["--tasks", "chain_sum"]
     if recipe == "game_grpo":  # generates its games: the kit's size of game
-        return ["--max_number", "8", "--max_turns", "4"]
+        return ["--max_number", "8", "--turn_limit", "4"]
     return ["--dataset_path", str(kit / "gsm8k_toy")]
 
 

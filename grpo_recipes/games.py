@@ -129,7 +129,7 @@ def _base(env):
 class TextArenaGame:
     """One of textarena's single-player games as a game of this recipe: one tool, `move`, that passes the action to the
     game in the game's own format (its first observation says which, e.g. '[A C]'); textarena's rules (its invalid
-    moves, its own turn limit) apply, and `max_turns` ends the episode as a loss when textarena's does not."""
+    moves, its own turn limit) apply, and `--turn_limit` ends the episode as a loss when textarena's does not."""
 
     def __init__(self, game_id: str, max_turns: int):
         self.game_id, self.max_turns = game_id, max_turns

@@ -85,7 +85,7 @@ OPTIONS = {"gsm8k_grpo": [],
            "code_grpo": ["--seconds_per_test", "1", "--test_workers", "3"],
            "judge_grpo": ["--judge_timeout", "7", "--max_answer_words", "5"],  # + the test's judge server
            "reasoning_gym_grpo": ["--tasks", "chain_sum:3,basic_arithmetic", "--curriculum_window", "5"],
-           "game_grpo": ["--max_number", "4", "--max_turns", "2", "--max_tool_calling_iterations", "2"]}
+           "game_grpo": ["--max_number", "4", "--turn_limit", "2", "--max_tool_calling_iterations", "2"]}
 # In a fresh interpreter, what TRL's async trainer does with them: unpickle, make an environment, call its tools and
 # score with the rewards; report what it found.
 PROBE = """

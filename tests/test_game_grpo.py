@@ -187,7 +187,7 @@ def test_turn_level_credit_is_logged_per_turn():
 
 
 def test_fewer_turns_than_the_game_allows_is_refused_before_the_model_loads(tmp_path):
-    with pytest.raises(Refusal, match="--max_tool_calling_iterations 3 is below --max_turns 7"):
+    with pytest.raises(Refusal, match="--max_tool_calling_iterations 3 is below --turn_limit 7"):
         game_grpo.main(["--max_tool_calling_iterations", "3", "--output_dir", str(tmp_path)])
 
 
@@ -199,7 +199,7 @@ def test_an_unknown_game_is_one_line():
 # ---------------------------------------------------------------------------------------------------------- textarena
 
 def textarena_game(game_id: str, max_turns: int = 12):
-    return game_grpo.new_game(game_grpo.ScriptArguments(game=f"textarena:{game_id}", max_turns=max_turns))
+    return game_grpo.new_game(game_grpo.ScriptArguments(game=f"textarena:{game_id}", turn_limit=max_turns))
 
 
 def test_textarenas_tower_of_hanoi_is_won_by_the_seven_moves_and_replays_alike():
@@ -263,7 +263,7 @@ def test_a_textarena_game_needing_data_this_machine_cannot_download_is_one_line(
 
 def test_the_games_survive_pickling_into_a_spawned_process():
     """TRL's async trainer pickles the factory and the rubric into a spawned process: both must arrive and play."""
-    task = game_grpo.setup(game_grpo.ScriptArguments(max_number=6, max_turns=2))
+    task = game_grpo.setup(game_grpo.ScriptArguments(max_number=6, turn_limit=2))
     hanoi = game_grpo.setup(game_grpo.ScriptArguments(game="textarena:TowerOfHanoi-v0"))
     probe = ("import pickle, sys, json\nsys.path.insert(0, sys.argv[1])\n"
              "(factory, funcs), hanoi = pickle.loads(sys.stdin.buffer.read())\n"
@@ -330,7 +330,7 @@ def test_the_turn_limit_and_the_token_budget_end_episodes_cleanly(game_kit, tmp_
     answer cuts them, counted as unfinished: neither crashes, both are logged."""
     common = ["--config", str(game_kit / "game_grpo.yaml"), "--max_steps", "1", "--eval_strategy", "no",
               "--save_strategy", "no", "--log_completions"]
-    game_grpo.main([*common, "--max_turns", "1", "--output_dir", str(tmp_path / "turns")])
+    game_grpo.main([*common, "--turn_limit", "1", "--output_dir", str(tmp_path / "turns")])
     for _, row in logged_rows(tmp_path / "turns").iterrows():
         answers = [m["content"] for m in row["completion"] if m["role"] == "tool"]
         assert not answers or "Game over" in answers[0], answers
@@ -354,7 +354,7 @@ def test_evaluate_plays_the_game_then_sft_on_its_wins_then_grpo(game_kit, tmp_pa
     try:
         out = tmp_path / "rollouts.jsonl"
         evaluate.main(["game_grpo", "--base_url", base_url, "--model", model, "-n", "6", "-r", "2", "--max_tokens",
-                       "48", "--max_number", "8", "--max_turns", "4", "--out", str(out)])
+                       "48", "--max_number", "8", "--turn_limit", "4", "--out", str(out)])
     finally:
         served.close()
     saved = [json.loads(line) for line in out.read_text().splitlines()]

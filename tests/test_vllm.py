@@ -191,7 +191,7 @@ RECIPE_FLAGS = {
     "judge_grpo": lambda kit: ["--dataset_path", str(kit / "passage_toy"), "--judge_base_url", kit_judge_url(),
                                "--judge_model", kit_judge.MODEL],
     "reasoning_gym_grpo": lambda kit: ["--tasks", "chain_sum"],  # generates its prompts
-    "game_grpo": lambda kit: ["--max_number", "8", "--max_turns", "4"],  # generates its games
+    "game_grpo": lambda kit: ["--max_number", "8", "--turn_limit", "4"],  # generates its games
 }
 
 
