@@ -98,6 +98,11 @@ def test_each_recipe_trains_and_evaluates_with_vllm_generation(vllm_kit, tmp_pat
     assert (tmp_path / ("adapter_model.safetensors" if tuning == "lora" else "model.safetensors")).exists()
 
 
+# 8 completions a group: more groups with rewards that differ, so the weights move at most steps (with 4, CI saw 1 step
+# of 8 move the full fine-tune's weights, and the unsynced control's last differences stay under the threshold)
+GROUPS = ["--num_generations", "8", "--per_device_train_batch_size", "8"]
+
+
 @pytest.mark.parametrize("tuning", ["full", "lora"])
 def test_the_policy_vllm_samples_from_is_the_policy_being_trained(vllm_kit, tmp_path, tuning):
     """After each optimizer step TRL writes the weights into vLLM (LoRA: merged into the base). If they arrive,
@@ -106,10 +111,8 @@ def test_the_policy_vllm_samples_from_is_the_policy_being_trained(vllm_kit, tmp_
     LoRA without dropout, the recipes' default: with TRL's 0.05 the trained model's own logprobs carry dropout noise
     that grows with the adapter (the mean difference reached 0.05 by step 8, synced; <= 0.0066 without), which TRL's
     importance-sampling correction reads as off-policy."""
-    groups = ["--num_generations", "8", "--per_device_train_batch_size", "8"]  # 8 completions a group: more groups
-    # with rewards that differ (with 4, CI once saw 1 step of 8 move the full fine-tune's weights)
-    rate = ["--use_peft", "false", "--learning_rate", "1e-3", *groups] if tuning == "full" else \
-        ["--use_peft", "--lora_learning_rate", "1e-2", *groups]
+    rate = ["--use_peft", "false", "--learning_rate", "1e-3", *GROUPS] if tuning == "full" else \
+        ["--use_peft", "--lora_learning_rate", "1e-2", *GROUPS]
     history, log = train("tool_use_grpo", vllm_kit, tmp_path, "--max_steps", "8", "--eval_steps", "4",
                          "--save_steps", "8", *rate)
     assert "generation with vLLM (colocate, 0.30 of the GPU, context the model default)" in log  # no CUDA: TRL's
@@ -120,7 +123,7 @@ def test_the_policy_vllm_samples_from_is_the_policy_being_trained(vllm_kit, tmp_
 
 def test_the_sync_check_fails_when_the_weights_never_reach_vllm(vllm_kit, tmp_path):
     history, _ = train("tool_use_grpo", vllm_kit, tmp_path, "--max_steps", "8", "--eval_strategy", "no",
-                       "--save_strategy", "no", "--use_peft", "false", "--learning_rate", "1e-3", sync=False)
+                       "--save_strategy", "no", "--use_peft", "false", "--learning_rate", "1e-3", *GROUPS, sync=False)
     assert min(logp_differences(history)[-3:]) > SYNCED_MEAN_LOGP_DIFFERENCE, logp_differences(history)
 
 
