@@ -194,7 +194,9 @@ RECIPE_FLAGS = {
     "judge_grpo": lambda kit: ["--dataset_path", str(kit / "passage_toy"), "--judge_base_url", kit_judge_url(),
                                "--judge_model", kit_judge.MODEL],
     "reasoning_gym_grpo": lambda kit: ["--tasks", "chain_sum"],  # generates its prompts
-    "game_grpo": lambda kit: ["--max_number", "8", "--turn_limit", "4"],  # generates its games
+    # generates its games; evaluate's own --max_turns 4 too: the kit's tool model calls `python`, which the game never
+    # takes as a turn, and 10 rounds of those outgrow the server's 1,024-token context (CI passed with 4)
+    "game_grpo": lambda kit: ["--max_number", "8", "--turn_limit", "4", "--max_turns", "4"],
 }
 
 
