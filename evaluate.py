@@ -364,7 +364,7 @@ def main(argv=None) -> list[dict]:
         f.writelines(json.dumps(row, default=str) + "\n" for row in rows)
     print(f"wrote {len(rows)} rollouts to {args.out}")
     if args.pass_rates:  # the input of a recipe's --pass_rates (grpo_recipes/difficulty.py)
-        rates = difficulty.pass_rates(rows, [example["prompt"] for example in examples])
+        rates = difficulty.pass_rates(rows, examples)
         Path(args.pass_rates).write_text("".join(json.dumps(rate, default=str) + "\n" for rate in rates))
         print(f"wrote the pass rates of {len(rates)} prompts to {args.pass_rates}: {difficulty.describe(rates)}")
     if failed:

@@ -277,12 +277,16 @@ def tool_call_conversations(data_dir: str | Path, system_prompt: str, split: str
     return conversations
 
 
-def game_conversations(seeds, max_number: int, max_turns: int) -> list[dict]:
+def game_conversations(seeds, max_number: int, max_turns: int, off_by_one: float = 0.0, seed: int = 0) -> list[dict]:
     """game_grpo's guess_the_number played by halving what the hints allow, one guess a turn, as TRL's loop renders an
     episode: the game's first observation appended to the prompt, each guess a tool call, each answer a tool message,
-    a one-line reply after the game's end."""
+    a one-line reply after the game's end.
+
+    off_by_one: the share of "higher" hints after which the player keeps its own guess among the candidates (the flawed
+    teacher of experiments/game_demo.py: on some branches it guesses the same number again and runs out of guesses)."""
     import game_grpo
 
+    rng = random.Random(seed)
     conversations = []
     for seed in seeds:
         game = game_grpo.GuessTheNumber(max_number, max_turns)
@@ -292,8 +296,10 @@ def game_conversations(seeds, max_number: int, max_turns: int) -> list[dict]:
         while not game.done:
             number = (low + high) // 2
             answer = game.guess(number)
-            low, high = (number + 1, high) if "higher" in answer else (low, number - 1) if "lower" in answer else (
-                low, high)
+            if "higher" in answer:
+                low = number + (rng.random() >= off_by_one)
+            elif "lower" in answer:
+                high = number - 1
             call = {"type": "function", "function": {"name": "guess", "arguments": {"number": number}}}
             messages += [{"role": "assistant", "content": "", "tool_calls": [call]},
                          {"role": "tool", "name": "guess", "content": answer}]

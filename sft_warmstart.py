@@ -79,7 +79,7 @@ class ScriptArguments:
     rollouts: str | None = arg(None, "evaluate.py --out file, for --source rollouts.")
     min_reward: float | None = arg(None, "Keep rollouts whose weighted total is at least this. Default: every "
                                          "rollout that scored above 0.")
-    best_of: int = arg(1, "Keep at most this many of the best rollouts per prompt.")
+    best_of: int = arg(1, "Keep at most this many of the best rollouts per example (per game seed).")
     dataset_path: str | None = arg(None, "For --source gold: local data, as the recipe's --dataset_path.")
     split: str = arg("train", "For --source gold: the split whose solutions to imitate.")
     merge_lora: bool = arg(ON_COLAB, "With --use_peft: merge the adapter into the model when saving.")
@@ -114,8 +114,9 @@ ROLLOUT_KEYS = ("prompt", "completion", "total")  # what every evaluate.py --out
 
 
 def rollout_conversations(path: str, min_reward: float | None, best_of: int) -> list[dict]:
-    """Rejection sampling: per prompt, the best `best_of` distinct rollouts whose total is at least min_reward (None:
-    above 0). Refuses, naming the best total, when none is kept."""
+    """Rejection sampling: per example (evaluate.py numbers them; per prompt in a file without), the best `best_of`
+    distinct rollouts whose total is at least min_reward (None: above 0). Refuses, naming the best total, when none is
+    kept."""
     rows = rollout_rows(path)
     # A rollout the rubric's first reward (the correctness check, or the judge) had no opinion on is not vouched for:
     # its total counts that None as 0, so a judge that failed would otherwise pass it at --min_reward 0.
@@ -123,7 +124,8 @@ def rollout_conversations(path: str, min_reward: float | None, best_of: int) -> 
     by_prompt = {}
     for row in scored:
         if row["total"] > 0 if min_reward is None else row["total"] >= min_reward:
-            by_prompt.setdefault(json.dumps(row["prompt"]), []).append(row)
+            # evaluate.py numbers its examples: games share one prompt, and each seed is an example of its own
+            by_prompt.setdefault(json.dumps([row["prompt"], row.get("example")]), []).append(row)
     if not by_prompt:
         raise Refusal(_nothing_kept(path, min_reward, rows, max((row["total"] for row in scored), default=None)))
     conversations = []

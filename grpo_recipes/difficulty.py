@@ -2,6 +2,9 @@
 --pass_rates`), and the training prompts a run keeps by it (`--pass_rates`, `--keep_pass_rate_between`). During
 training: prompts whose last groups all scored alike are replaced when drawn again (`--skip_settled_after`).
 
+A prompt here is a training row, its prompt with its other columns: game_grpo's games share one prompt and differ in
+their `seed`.
+
 A prompt that every sample of a group solves, or that every sample fails, teaches GRPO nothing: its completions all
 score the same, so their advantages are 0, yet it costs a full generation. The rate is of correctness (the recipe's
 first reward at full marks), never of the shaped total: a group can differ in format rewards and still teach nothing
@@ -38,21 +41,24 @@ class DifficultyOptions:
                                     "training process; not under async_grpo.py."})
 
 
-def prompt_key(prompt) -> str:
-    """A prompt (its messages) as the one string both files and datasets are matched on."""
-    return json.dumps(prompt, sort_keys=True, ensure_ascii=False)
+def row_key(row: dict) -> str:
+    """A training row (its prompt and every other column) as the one string files and datasets are matched on: rows
+    may share a prompt and differ in another column (game_grpo's games share one and differ in `seed`)."""
+    return json.dumps(row, sort_keys=True, ensure_ascii=False, default=str)
 
 
-def pass_rates(rows: list[dict], prompts: list) -> list[dict]:
-    """Each prompt's line: the samples that got an answer (a failed request is no sample), how many the recipe's first
-    reward paid in full (evaluate.py's `strict`), and the share (None without a sample)."""
-    counts = {i: [0, 0] for i in range(len(prompts))}
+def pass_rates(rows: list[dict], examples: list[dict]) -> list[dict]:
+    """Each example's line: its prompt and other columns, the samples that got an answer (a failed request is no
+    sample), how many the recipe's first reward paid in full (evaluate.py's `strict`), and the share (None without a
+    sample)."""
+    counts = {i: [0, 0] for i in range(len(examples))}
     for row in rows:
         if row["error"] is None:
             counts[row["example"]][0] += 1
             counts[row["example"]][1] += bool(row["strict"])
-    return [{"prompt": prompts[i], "samples": samples, "passed": passed,
-             "pass_rate": passed / samples if samples else None} for i, (samples, passed) in counts.items()]
+    return [{"prompt": examples[i]["prompt"], "columns": {k: v for k, v in examples[i].items() if k != "prompt"},
+             "samples": samples, "passed": passed, "pass_rate": passed / samples if samples else None}
+            for i, (samples, passed) in counts.items()]
 
 
 def unsampled(rows: list[dict]) -> str | None:
@@ -81,7 +87,7 @@ def describe(rates: list[dict]) -> str:
 
 
 def read(path: str) -> dict[str, float | None]:
-    """A --pass_rates file as {prompt_key: pass rate}; one that is missing or not evaluate.py's is one line."""
+    """A --pass_rates file as {row_key: pass rate}; one that is missing or not evaluate.py's is one line."""
     if not Path(path).is_file():
         raise Refusal(f"--pass_rates {path}: no such file; write one with evaluate.py <recipe> --split train "
                       "--rollouts 8 --pass_rates <file>")
@@ -89,24 +95,24 @@ def read(path: str) -> dict[str, float | None]:
     for number, line in enumerate(Path(path).read_text().splitlines(), 1):
         try:
             entry = json.loads(line)
-            rates[prompt_key(entry["prompt"])] = entry["pass_rate"]
+            rates[row_key({**entry["columns"], "prompt": entry["prompt"]})] = entry["pass_rate"]
         except (ValueError, KeyError, TypeError):
             raise Refusal(f"--pass_rates {path}: line {number} is not a line evaluate.py --pass_rates writes (a JSON "
-                          "object with prompt and pass_rate)") from None
+                          "object with prompt, columns and pass_rate)") from None
     return rates
 
 
 def keep_by_pass_rate(dataset, path: str, between: list[float]):
-    """The training rows whose prompt's pass rate lies strictly between `between`, logged in one line: how many were
-    kept, dropped as never solved (at or below LOW), dropped as always solved (at or above HIGH), and not rated."""
+    """The training rows whose pass rate lies strictly between `between`, logged in one line: how many were kept,
+    dropped as never solved (at or below LOW), dropped as always solved (at or above HIGH), and not rated."""
     if len(between) != 2 or not 0.0 <= between[0] < between[1] <= 1.0:
         raise Refusal(f"--keep_pass_rate_between {' '.join(map(str, between))}: give LOW HIGH with 0 <= LOW < HIGH "
                       "<= 1 (default 0 1: drop the prompts solved by no sample or by every sample)")
     low, high = between
     rates = read(path)
     kept, never, always, unrated = [], 0, 0, 0
-    for i, prompt in enumerate(dataset["prompt"]):
-        rate = rates.get(prompt_key(prompt))
+    for i, row in enumerate(dataset):
+        rate = rates.get(row_key(row))
         if rate is None:
             unrated += 1
         elif rate <= low:
@@ -141,19 +147,22 @@ class SettledPrompts(StepHooks):
         self.after, self.seed = after, seed
         self.history: dict[str, deque] = {}
         self.settled: set[str] = set()
-        self.drawn: set[str] = set()  # handed to the trainer and not yet scored: only these are recorded (not eval's)
+        self.drawn: dict[str, dict] = {}  # rows handed to the trainer, not yet scored: only these are recorded
         self.replacements: set[str] = set()  # handed in a settled prompt's place and not yet scored
         self.raw = None
+        self.columns: list[str] = []  # the training dataset's, which TRL passes to rewards beside the prompts
         self.groups = self.alike = self.saved = 0
 
-    def record(self, prompts: list, scores: list) -> None:
-        """Each group's outcome, from the first reward's scores of a batch's completions."""
+    def record(self, prompts: list, scores: list, columns: dict) -> None:
+        """Each group's outcome, from the first reward's scores of a batch's completions and the rows' columns (the
+        reward's keyword arguments)."""
         groups: dict[str, list] = {}
-        for prompt, score in zip(prompts, scores, strict=True):
-            if (key := prompt_key(prompt)) in self.drawn:
+        for i, (prompt, score) in enumerate(zip(prompts, scores, strict=True)):
+            others = {name: columns[name][i] for name in self.columns if name != "prompt"}
+            if (key := self.drawn_key(prompt, others)) is not None:
                 groups.setdefault(key, []).append(score)
         for key, group in groups.items():
-            self.drawn.discard(key)
+            self.drawn.pop(key)
             if key in self.replacements:  # counted here, once scored: the trainer reads some batches it never uses
                 self.replacements.discard(key)
                 self.saved += len(group)
@@ -164,22 +173,39 @@ class SettledPrompts(StepHooks):
             if len(seen) == self.after and all(seen):
                 self.settled.add(key)
 
+    def drawn_key(self, prompt, others: dict) -> str | None:
+        """The drawn row a scored completion came from: the same other columns, and the same prompt, or the prompt
+        with an environment's first observation that TRL appended to its last message (game_grpo's)."""
+        if (key := row_key({**others, "prompt": prompt})) in self.drawn:
+            return key
+        if not isinstance(prompt, list) or not isinstance(prompt[-1].get("content"), str):
+            return None
+        wanted = row_key(others)
+        for key, row in self.drawn.items():
+            original = row["prompt"]
+            if (isinstance(original, list) and original[:-1] == prompt[:-1]
+                    and prompt[-1]["content"].startswith(original[-1]["content"])
+                    and row_key({name: row[name] for name in others}) == wanted):
+                return key
+        return None
+
     def on_train_begin(self, args, state, control, train_dataloader=None, **kwargs):
         dataset = train_dataloader.dataset
         if dataset.format["type"] is not None:
             raise Refusal(f"--skip_settled_after: the training dataset is formatted as it is read "
                           f"({dataset.format['type']}), and swapping its prompts would replace that; drop it")
         self.raw = dataset.with_format(None)  # the rows as stored, for replacements
+        self.columns = self.raw.column_names
         dataset.set_transform(self.swap)
 
     def swap(self, batch: dict) -> dict:
         """A batch the data loader read, with each settled prompt's row replaced."""
         rows = [dict(zip(batch, values, strict=True)) for values in zip(*batch.values(), strict=True)]
         for i, row in enumerate(rows):
-            if prompt_key(row["prompt"]) in self.settled and (other := self.replacement(prompt_key(row["prompt"]))):
+            if row_key(row) in self.settled and (other := self.replacement(row_key(row))):
                 rows[i] = other
-                self.replacements.add(prompt_key(other["prompt"]))
-            self.drawn.add(prompt_key(rows[i]["prompt"]))
+                self.replacements.add(row_key(other))
+            self.drawn[row_key(rows[i])] = rows[i]
         return {column: [row[column] for row in rows] for column in batch}
 
     def replacement(self, key: str) -> dict | None:
@@ -188,7 +214,7 @@ class SettledPrompts(StepHooks):
         draw = random.Random(f"{self.seed}/{key}/{self.groups}")
         for _ in range(64):
             row = self.raw[draw.randrange(len(self.raw))]
-            if prompt_key(row["prompt"]) not in self.settled:
+            if row_key(row) not in self.settled:
                 return row
         return None
 
@@ -209,7 +235,7 @@ class RecordingReward:
 
     def __call__(self, completions, prompts, **kwargs):
         scores = self.reward(completions=completions, prompts=prompts, **kwargs)
-        self.settled.record(prompts, scores)
+        self.settled.record(prompts, scores, kwargs)
         return scores
 
 

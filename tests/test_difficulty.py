@@ -21,8 +21,8 @@ def prompt(text: str) -> list[dict]:
 
 def rates_file(tmp_path, rates: dict) -> str:
     path = tmp_path / "rates.jsonl"
-    path.write_text("".join(json.dumps({"prompt": prompt(text), "samples": 4, "passed": None, "pass_rate": rate}) + "\n"
-                            for text, rate in rates.items()))
+    path.write_text("".join(json.dumps({"prompt": prompt(text), "columns": {"answer": "1"}, "samples": 4, "passed": None,
+                                        "pass_rate": rate}) + "\n" for text, rate in rates.items()))
     return str(path)
 
 
@@ -63,10 +63,35 @@ def test_a_pass_rates_file_or_band_that_cannot_be_used_is_one_line(tmp_path, lin
     assert says in str(refusal.value) and "\n" not in str(refusal.value)
 
 
+def test_rows_that_share_a_prompt_are_rated_and_kept_by_their_other_columns(tmp_path):
+    """game_grpo's games: one prompt, a seed each; evaluate.py's line for each carries its columns."""
+    games = [{"prompt": prompt("A new game."), "seed": seed} for seed in range(4)]
+    rows = [{"example": i, "error": None, "strict": strict} for i, wins in enumerate([0, 1, 2, 1])
+            for strict in [True] * wins + [False] * (2 - wins)]
+    path = tmp_path / "rates.jsonl"
+    path.write_text("".join(json.dumps(rate) + "\n" for rate in difficulty.pass_rates(rows, games)))
+    kept = difficulty.keep_by_pass_rate(Dataset.from_list(games), str(path), [0.0, 1.0])
+    assert kept["seed"] == [1, 3]
+
+
+def test_a_settled_row_is_the_one_scored_even_with_an_environments_first_observation_in_its_prompt():
+    """TRL appends an environment's first observation to the prompt the rewards get; the record still finds the row
+    the data loader handed out (by its other columns), so a game that every episode won settles, and no other."""
+    settled = difficulty.SettledPrompts(after=1)
+    settled.raw = Dataset.from_list([{"prompt": prompt("A new game."), "seed": seed} for seed in range(3)])
+    settled.columns = settled.raw.column_names
+    batch = settled.swap({"prompt": [prompt("A new game.")] * 4, "seed": [0, 0, 1, 1]})
+    assert batch["seed"] == [0, 0, 1, 1]
+    shown = [prompt("A new game.\n\nI am thinking of a number.")] * 4
+    settled.record(shown, [1.0, 1.0, 0.0, 1.0], {"seed": batch["seed"], "completion_ids": [[1]] * 4})
+    assert settled.settled == {difficulty.row_key({"prompt": prompt("A new game."), "seed": 0})}
+    assert settled.groups == 2 and settled.alike == 1 and not settled.drawn
+
+
 def test_a_failed_request_is_no_sample_and_the_rate_is_of_correctness_alone():
     rows = [{"example": 0, "error": None, "strict": True}, {"example": 0, "error": None, "strict": False},
             {"example": 0, "error": "HTTP 500", "strict": False}, {"example": 1, "error": "HTTP 500", "strict": False}]
-    rates = difficulty.pass_rates(rows, [prompt("a"), prompt("b")])
+    rates = difficulty.pass_rates(rows, [{"prompt": prompt("a")}, {"prompt": prompt("b")}])
     assert [(r["samples"], r["passed"], r["pass_rate"]) for r in rates] == [(2, 1, 0.5), (0, 0, None)]
     assert difficulty.describe(rates) == ("0 solved by no sample, 0 by every sample, 1 in between, 1 without a sample "
                                           "(their requests failed)")

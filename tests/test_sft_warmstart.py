@@ -52,6 +52,17 @@ def test_rejection_sampling_keeps_the_best_distinct_rollouts_per_prompt(tmp_path
     assert at_zero[-1]["messages"][-1]["content"] == "zero"  # at or above the threshold: 0.0 keeps 0.0
 
 
+def test_best_of_counts_per_example_where_examples_share_a_prompt(tmp_path):
+    """Games: every seed's prompt is the same text, and evaluate.py numbers each seed as an example of its own."""
+    rows = [{"prompt": [{"role": "user", "content": "A new game."}], "example": seed // 2, "rollout": seed % 2,
+             "completion": [{"role": "assistant", "content": f"episode {seed}"}], "total": 1.0 + seed, "error": None}
+            for seed in range(6)]
+    path = tmp_path / "rollouts.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    kept = sft_warmstart.rollout_conversations(str(path), min_reward=0.0, best_of=1)
+    assert [c["messages"][-1]["content"] for c in kept] == ["episode 1", "episode 3", "episode 5"]
+
+
 def test_a_rollout_the_first_reward_had_no_opinion_on_is_never_kept(tmp_path):
     def row(text, judge, error=None):  # a failed judge is None, which evaluate.py's total counts as 0
         return {"prompt": [{"role": "user", "content": "q"}], "completion": [{"role": "assistant", "content": text}],
