@@ -122,17 +122,17 @@ def test_a_torch_without_cuda_refuses_to_train_a_large_model_on_the_cpu_unless_a
 
 @pytest.mark.slow  # two real-shaped GRPO runs under torch's profiler: with the learning checks
 def test_the_memory_estimate_is_within_25_percent_of_measured_peaks():
-    """benchmarks/bench_memory.py: two gsm8k steps under bf16 autocast with Qwen2.5-0.5B's layer shapes and LoRA,
-    and with -1.5B's and a full fine-tune, two layers each (about 2 minutes; the bench's default, four configurations
-    of 4-8 layers, took 7.5 minutes and gives docs/recipes.md's table); it exits non-zero when an estimate is off by
-    more than 25%."""
+    """benchmarks/bench_memory.py: two gsm8k steps under bf16 autocast with Qwen2.5-0.5B's layer shapes, with LoRA and
+    with a full fine-tune, two layers each (-1.5B's full fine-tune took 5.9 of CI's minutes under load; the bench's
+    default, four configurations of 4-8 layers, took 7.5 minutes and gives docs/recipes.md's table); it exits
+    non-zero when an estimate is off by more than 25%."""
     import subprocess
     import sys
 
     from conftest import ROOT
 
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_memory.py"), "--configs", "0.5B:lora:2",
-                           "1.5B:full:2"], capture_output=True, text=True, timeout=1500, check=False)
+                           "0.5B:full:2"], capture_output=True, text=True, timeout=1500, check=False)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     rows = [line.split("|") for line in proc.stdout.splitlines() if line.startswith(("| 0.5B", "| 1.5B"))]
     assert [row[2].strip() for row in rows] == ["LoRA r=16", "full"]

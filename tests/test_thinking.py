@@ -16,8 +16,9 @@ from grpo_recipes.refusal import Refusal
 
 @pytest.fixture(scope="session")
 def thinking_kit(tmp_path_factory, worker_id):
-    """`python offline.py --thinking --tools`: tiny-qwen3 and a warm start that thinks, then calls the python tool."""
-    return built_once(tmp_path_factory, worker_id, "thinking-kit", "--thinking", "--tools")
+    """`python offline.py --thinking --tools --search`: tiny-qwen3 and warm starts that think, then call the python
+    tool or search."""
+    return built_once(tmp_path_factory, worker_id, "thinking-kit", "--thinking", "--tools", "--search")
 
 
 def runs(ids: list[int], mask: list[int]) -> list[tuple[int, int]]:
@@ -32,7 +33,7 @@ def runs(ids: list[int], mask: list[int]) -> list[tuple[int, int]]:
     return spans
 
 
-@pytest.mark.slow  # needs the thinking kit (70 s to build): with the thinking checks
+@pytest.mark.slow  # needs the thinking kit (minutes to build): with the thinking checks
 def test_multi_turn_grpo_trains_on_exactly_the_tokens_the_thinking_policy_sampled(thinking_kit, tmp_path,
                                                                                    monkeypatch):
     """Every model-written span of every trained episode is one generation's output, sampled after exactly the tokens
@@ -86,7 +87,7 @@ def test_rubrics_read_the_answer_after_the_thinking():
         assert reward(completions, answer=["18"] * 3) == [1.0, 0.0, 0.0], reward.__name__
 
 
-@pytest.mark.slow  # needs the thinking kit (70 s to build): with the thinking checks
+@pytest.mark.slow  # needs the thinking kit (minutes to build): with the thinking checks
 def test_gsm8k_recipe_runs_a_thinking_model_and_its_rubric_never_sees_the_thinking(thinking_kit, tmp_path):
     """gsm8k_grpo.py has no tools: the thinking model's completions still reach the rubric with the <think> block
     parsed out (TRL's response parser, set up for every template that reads enable_thinking). The warm start that
@@ -115,7 +116,7 @@ def test_thinking_on_a_model_without_the_switch_is_one_line(kit, tmp_path):
         gsm8k_grpo.main(["--config", str(kit / "gsm8k_grpo.yaml"), "--output_dir", str(tmp_path), "--thinking"])
 
 
-@pytest.mark.slow  # needs the thinking kit (70 s to build): with the thinking checks
+@pytest.mark.slow  # needs the thinking kit (minutes to build): with the thinking checks
 def test_a_thinking_template_trl_cannot_parse_is_one_line(thinking_kit, tmp_path):
     model = shutil.copytree(thinking_kit / "tiny-qwen3", tmp_path / "odd-template")
     template = (model / "chat_template.jinja").read_text()
@@ -126,27 +127,24 @@ def test_a_thinking_template_trl_cannot_parse_is_one_line(thinking_kit, tmp_path
 
 
 @pytest.mark.slow
-def test_every_recipe_runs_a_thinking_model_offline_end_to_end(tmp_path):
-    """As a user would: `python offline.py --thinking --tools --search`, then each recipe on its config, in a
-    subprocess; the agent recipes' thinking warm starts call their tools through TRL's multi-turn loop."""
+def test_every_recipe_runs_a_thinking_model_offline_end_to_end(thinking_kit, tmp_path):
+    """As a user would: `python offline.py --thinking --tools --search` (the session's kit), then each recipe on its
+    config, in a subprocess; the agent recipes' thinking warm starts call their tools through TRL's multi-turn loop."""
     import json
     import subprocess
     import sys
     from pathlib import Path
 
-    root = Path(__file__).resolve().parent.parent
-    kit = tmp_path / "kit"
-    subprocess.run([sys.executable, "offline.py", "--out_dir", str(kit), "--thinking", "--tools", "--search"],
-                   cwd=root, check=True, capture_output=True, timeout=600)
+    from grpo_recipes import kit_judge
     from grpo_recipes.contract import RECIPES
 
-    from grpo_recipes import kit_judge
+    root = Path(__file__).resolve().parent.parent
 
     judge_server, judge_url = kit_judge.start()  # judge_grpo's: the kit's stand-in judge
     for recipe in [r for r in RECIPES if r != "code_grpo"]:  # offline.py's code model does not think (Qwen2.5's)
         out = tmp_path / recipe
         judge = ["--judge_base_url", judge_url] if recipe == "judge_grpo" else []
-        proc = subprocess.run([sys.executable, f"{recipe}.py", "--config", str(kit / f"{recipe}.yaml"),
+        proc = subprocess.run([sys.executable, f"{recipe}.py", "--config", str(thinking_kit / f"{recipe}.yaml"),
                                "--output_dir", str(out), "--max_steps", "2", "--eval_strategy", "no",
                                "--max_completion_length", "160", "--temperature", "0.3", *judge],
                               cwd=root, capture_output=True, text=True, timeout=600)
@@ -159,7 +157,7 @@ def test_every_recipe_runs_a_thinking_model_offline_end_to_end(tmp_path):
     judge_server.shutdown()
 
 
-@pytest.mark.slow  # needs the thinking kit (70 s to build): with the thinking checks
+@pytest.mark.slow  # needs the thinking kit (minutes to build): with the thinking checks
 def test_a_thinking_model_given_completions_too_short_to_think_gets_the_flag_that_fixes_it(thinking_kit, caplog):
     import logging
 
