@@ -129,7 +129,10 @@ def edit_config_cell_on_colab(notebook, model) -> list[str]:
     return ["--dataset_path", "offline/gsm8k_toy", "--use_cpu", "--max_steps", "2", "--report_to", "none"]
 
 
-@pytest.mark.parametrize("recipe", build.RECIPES)
+# The two Colab users' runs in the default suite; the other notebooks' (10-20 s each) with the learning checks, which
+# keeps the default suite inside its 10 minutes.
+@pytest.mark.parametrize("recipe", [recipe if recipe in AS_COLAB_USER else pytest.param(recipe, marks=pytest.mark.slow)
+                                    for recipe in build.RECIPES])
 def test_each_notebook_runs_headless_on_cpu_from_an_empty_folder_and_plots_its_training(recipe, request, tmp_path):
     kit = request.getfixturevalue("code_kit" if recipe == "code_grpo" else "kit")
     folder = tmp_path / "empty"
