@@ -421,12 +421,14 @@ def game_efficiency_reward(completions, seed, new_game, **kwargs) -> list[float]
     """For a win, the share of the turn limit left unused, counting the winning move: (max_turns - turns + 1) /
     max_turns, in (0, 1]; 0.0 for anything else.
 
-    Invalid moves count as turns. Gaming it: only a win earns it, so ending early, stalling or a cut episode earn
-    nothing; it pays a fast win over a slow one, never a fast loss.
+    Invalid moves count as turns. Calls the game never took (a tool it lacks: TRL answers them) count too, so the
+    replay can count more turns than the limit before a win the live game took: such a win earns the slowest win's
+    1 / max_turns. Gaming it: only a win earns it, so ending early, stalling or a cut episode earn nothing; it pays a
+    fast win over a slow one, never a fast loss.
     """
     def score(game) -> float:
         won = game.done and game.won
-        return (game.max_turns - game.turns + 1) / game.max_turns if won else 0.0
+        return max(game.max_turns - game.turns + 1, 1) / game.max_turns if won else 0.0
 
     return score_each(score, _replayed(new_game, completions, seed))
 

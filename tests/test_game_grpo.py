@@ -149,15 +149,25 @@ def test_each_way_of_not_playing_scores_below_any_win():
 
 
 @settings(max_examples=200, deadline=None)
-@given(seed=st.integers(0, 10**6), moves=st.lists(st.one_of(st.integers(-5, 105), st.text(max_size=3),
-                                                              st.none()), max_size=10))
+@given(seed=st.integers(0, 10**6), moves=st.lists(st.one_of(st.integers(-5, 105), st.text(max_size=3), st.none(),
+                                                              st.just(("python", {"code": "1"}))), max_size=12))
 def test_no_episode_that_is_not_a_win_totals_as_much_as_a_win(seed, moves):
+    """Moves of every kind, calls of a tool the game does not have among them (TRL answers those without the game)."""
     completion = played(seed, moves)
     replayed = games.replay(GAME, seed, completion)
     if replayed.won:
         assert total(completion, seed) >= 1.0
     else:
         assert total(completion, seed) <= WEIGHTS[2] < 1.0
+
+
+def test_a_win_after_more_calls_the_game_never_took_than_its_turn_limit_is_still_worth_the_slowest_win():
+    """TRL answers a call of a tool the game lacks without the game, so the live game still takes the winning guess;
+    the replay counts those calls as turns, and the win must still score at least the slowest win's 1.0."""
+    seed = 5
+    completion = played(seed, [("python", {"code": "1"})] * 9 + [random_secret(seed)])
+    scores = [func(completions=[completion], seed=[seed], new_game=GAME)[0] for func in game_grpo.REWARD_WEIGHTS]
+    assert scores[0] == 1.0 and 0.0 < scores[1] <= 1 / 7 and total(completion, seed) >= 1.0
 
 
 def test_a_faster_win_scores_more_than_a_slower_one():
