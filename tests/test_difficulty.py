@@ -21,8 +21,9 @@ def prompt(text: str) -> list[dict]:
 
 def rates_file(tmp_path, rates: dict) -> str:
     path = tmp_path / "rates.jsonl"
-    path.write_text("".join(json.dumps({"prompt": prompt(text), "columns": {"answer": "1"}, "samples": 4, "passed": None,
-                                        "pass_rate": rate}) + "\n" for text, rate in rates.items()))
+    lines = [{"prompt": prompt(text), "columns": {"answer": "1"}, "samples": 4, "passed": None, "pass_rate": rate}
+             for text, rate in rates.items()]
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
     return str(path)
 
 
