@@ -11,12 +11,16 @@ introduction (what it trains, what to expect), hidden `%%writefile` cells write 
 the modules of grpo_recipes/ its recipe imports, following their imports, and no other) next to it, copied from this
 repository when the notebook is built, and one plain `%pip install` cell installs the requirements those modules
 import, with requirements.txt's version ranges. Before anything is written, a guard stops if a file of the same name
-there differs from the copy, so the notebook never overwrites someone's edits. tests/test_notebooks.py fails when a
-committed notebook differs from what this writes, and runs each one on CPU in an empty folder with the offline kit.
+there differs from the copy, so the notebook never overwrites someone's edits. Nor does this script: each notebook it
+writes carries a fingerprint of itself (metadata `grpo_recipes_build`), and a notebook that no longer matches it
+(edited, or run and saved with its outputs) is left alone with one line naming --force. tests/test_notebooks.py fails
+when a committed notebook differs from what this writes, and runs each one on CPU in an empty folder with the offline
+kit.
 """
 
 import argparse
 import ast
+import copy
 import hashlib
 import re
 import sys
@@ -164,18 +168,46 @@ def build(recipe: str) -> nbformat.NotebookNode:
     return notebook
 
 
+FINGERPRINT = "grpo_recipes_build"  # notebook metadata: the sha256 of the notebook as written, without this key
+
+
+def fingerprint(notebook: nbformat.NotebookNode) -> str:
+    bare = copy.deepcopy(notebook)
+    bare.metadata.pop(FINGERPRINT, None)
+    return hashlib.sha256(nbformat.writes(bare).encode()).hexdigest()
+
+
 def render(recipe: str) -> str:
-    return nbformat.writes(build(recipe)) + "\n"
+    notebook = build(recipe)
+    notebook.metadata = {**notebook.metadata, FINGERPRINT: fingerprint(notebook)}
+    return nbformat.writes(notebook) + "\n"
+
+
+def edited_since_built(path: Path) -> bool:
+    """Whether the notebook at `path` is no longer what this script wrote there: its cells, outputs or metadata
+    changed (an edit, or a run saved with its outputs), or it carries no fingerprint (not written by this script)."""
+    try:
+        notebook = nbformat.read(path, as_version=4)
+    except Exception:  # noqa: BLE001 - not a notebook nbformat reads: not ours to replace either
+        return True
+    return notebook.metadata.get(FINGERPRINT) != fingerprint(notebook)
 
 
 def main(argv: list[str] | None = None) -> list[Path]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("scripts", nargs="*", help="the scripts to build (default: the repository's recipes)")
     parser.add_argument("--out_dir", type=Path, default=ROOT / "notebooks")
+    parser.add_argument("--force", action="store_true", help="replace notebooks edited since they were built")
     args = parser.parse_args(argv)
+    targets = {recipe: args.out_dir / f"{script_path(recipe).stem}.ipynb" for recipe in args.scripts or RECIPES}
+    edited = [str(path) for path in targets.values() if path.exists() and edited_since_built(path)]
+    if edited and not args.force:
+        them = "it" if len(edited) == 1 else "them"
+        raise Refusal(f"{', '.join(edited)}: edited since notebooks/build.py wrote {them} (cells, outputs or metadata "
+                      f"differ), so nothing was written: save your copy under another name, or pass --force to replace "
+                      f"{them}")
     written = []
-    for recipe in args.scripts or RECIPES:
-        path = args.out_dir / f"{script_path(recipe).stem}.ipynb"
+    for recipe, path in targets.items():
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(render(recipe))
         print(f"wrote {path}")

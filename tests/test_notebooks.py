@@ -180,6 +180,34 @@ def test_each_notebook_runs_headless_on_cpu_from_an_empty_folder_and_plots_its_t
         assert "max_completion_length 24 | max_steps 2" in logged
 
 
+def test_build_never_overwrites_a_notebook_edited_since_it_was_built(tmp_path):
+    """A script that changed rebuilds its notebook; a notebook edited or run and saved since is left as it is, in one
+    line naming --force, which replaces it."""
+    from grpo_recipes.refusal import Refusal
+
+    fork, out = tmp_path / "my_recipe.py", tmp_path / "notebooks"
+    fork.write_text((ROOT / "gsm8k_grpo.py").read_text())
+    path = out / "my_recipe.ipynb"
+    build.main([str(fork), "--out_dir", str(out)])
+    fork.write_text(fork.read_text() + "\n# %%\nprint('my change')\n")
+    build.main([str(fork), "--out_dir", str(out)])  # not edited since: the script's change reaches it
+    assert "print('my change')" in path.read_text() and not build.edited_since_built(path)
+    for edit in ("source", "outputs"):
+        notebook = nbformat.read(path, as_version=4)
+        cell = notebook.cells[-1]
+        if edit == "source":
+            cell.source += "\n# my note"
+        else:
+            cell.outputs = [nbformat.v4.new_output("stream", text="my change\n")]
+        nbformat.write(notebook, path)
+        mine = path.read_bytes()
+        with pytest.raises(Refusal, match=r"my_recipe.ipynb: edited since notebooks/build.py wrote it .*--force") as no:
+            build.main([str(fork), "--out_dir", str(out)])
+        assert "\n" not in str(no.value) and path.read_bytes() == mine
+    build.main([str(fork), "--out_dir", str(out), "--force"])
+    assert path.read_text() == build.render(str(fork)) and not build.edited_since_built(path)
+
+
 def test_a_notebook_never_overwrites_a_file_someone_edited(tmp_path):
     edited = b"# my own rubric\n"
     (tmp_path / "rewards.py").write_bytes(edited)
