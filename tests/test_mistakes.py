@@ -259,10 +259,6 @@ def run_here(script: str, argv: list[str], cwd: Path) -> subprocess.CompletedPro
     return subprocess.CompletedProcess([script, *argv], code, "", stderr.getvalue())
 
 
-# Every case runs once, in the module's fixture: its tests stay on one worker (pytest.ini: --dist loadgroup), where
-# xdist's default split ran the whole table on both (28 s of a worker).
-pytestmark = pytest.mark.xdist_group("mistakes")
-
 IN_A_SUBPROCESS = {"rerun into checkpoints", "no network", "no network for the dataset", "offline and not cached",
                    "unknown recipe (evaluate.py)"}
 

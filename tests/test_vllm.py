@@ -172,13 +172,8 @@ def vllm_serve(model, *flags: str, name: str = "tiny", env: dict = ENV, log=None
 
 @pytest.fixture(scope="module")
 def tool_server(vllm_kit):
-    """One `vllm serve` for the tests that evaluate against it, all on one worker (xdist_group: pytest.ini's --dist
-    loadgroup), where xdist's default split started one on each (55 s of a worker)."""
     with vllm_serve(vllm_kit / "tiny-qwen2-tools") as base_url:
         yield base_url
-
-
-ON_THE_TOOL_SERVER = pytest.mark.xdist_group("tool_server")
 
 
 def evaluate(recipe: str, base_url: str, out, *flags: str) -> tuple[str, list[dict]]:
@@ -211,7 +206,6 @@ def kit_judge_url() -> str:
     return kit_judge.start()[1]
 
 
-@ON_THE_TOOL_SERVER
 @pytest.mark.parametrize("recipe", contract.RECIPES)  # a recipe missing from RECIPE_FLAGS fails here
 def test_evaluate_runs_every_recipe_against_vllm_serve(vllm_kit, tool_server, tmp_path, recipe):
     report, rows = evaluate(recipe, tool_server, tmp_path / "rollouts.jsonl", "-n", "8", "-r", "2", "--max_tokens",
@@ -222,7 +216,6 @@ def test_evaluate_runs_every_recipe_against_vllm_serve(vllm_kit, tool_server, tm
         assert any(m["role"] == "tool" for row in rows for m in row["completion"]), rows[0]
 
 
-@ON_THE_TOOL_SERVER
 def test_rollouts_the_server_refuses_count_as_failed_and_the_run_goes_on(vllm_kit, tool_server, tmp_path):
     """vLLM refuses (HTTP 400) a request whose prompt plus max_tokens exceeds its context: here each rollout's second
     turn, after a tool result, while first turns fit."""
@@ -239,7 +232,6 @@ def test_rollouts_the_server_refuses_count_as_failed_and_the_run_goes_on(vllm_ki
     assert not any(row["strict"] for row in failed)
 
 
-@ON_THE_TOOL_SERVER
 def test_evaluate_filter_sft_serve_evaluate_the_before_and_after_loop(vllm_kit, tool_server, tmp_path):
     """README's loop: rollouts from a served model, the ones the rubric pays kept, SFT on them, the result served by
     vLLM and evaluated again."""
