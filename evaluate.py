@@ -25,7 +25,8 @@ import os
 import re
 import statistics
 import sys
-from concurrent.futures import ThreadPoolExecutor
+import threading
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
 from openai import APIConnectionError, APIResponseValidationError, APIStatusError, OpenAI
@@ -102,10 +103,16 @@ def run_tool(tools: dict, call) -> str:
         return f"Error: {type(err).__name__}: {err}"
 
 
-def rollout(client, args, environment_factory, example: dict, max_turns: int) -> dict:
+class Interrupted(Exception):
+    """Ctrl-C: the rollout sends no further request."""
+
+
+def rollout(client, args, environment_factory, example: dict, max_turns: int,
+            stop: threading.Event | None = None) -> dict:
     """One conversation: the model's turns and, for tool recipes, the results of its environment's tools (one
     environment per rollout, reset with the example's row first, as TRL's loop does: the text reset returns, a game's
-    first observation, is appended to the last prompt message), until it stops calling them."""
+    first observation, is appended to the last prompt message), until it stops calling them. Once `stop` is set
+    (Ctrl-C) it sends nothing more."""
     environment = environment_factory() if environment_factory is not None else None
     messages = list(example["prompt"])
     if environment is not None:
@@ -118,6 +125,8 @@ def rollout(client, args, environment_factory, example: dict, max_turns: int) ->
     sent = []  # the conversation as the API takes it back: a tool call's arguments as the JSON string it returned
     try:
         for _ in range(max_turns + 1):
+            if stop is not None and stop.is_set():
+                raise Interrupted
             response = chat(client, model=args.model, messages=messages + sent, tools=schemas,
                             max_tokens=args.max_tokens, temperature=args.temperature)
             usage["prompt_tokens"] += response.usage.prompt_tokens if response.usage else 0
@@ -198,16 +207,27 @@ def _json_or_text(arguments: str):
         return arguments
 
 
-def score(task: contract.Setup, rows: list[dict], examples: list[dict]) -> None:
+def score(task: contract.Setup, rows: list[dict], examples: list[dict], failures: list[str] | None = None) -> None:
     """Add each reward of the task's rubric, the weighted total, strict and lenient correctness to every rollout
-    row."""
+    row. With `failures`, a reward that raises scores None everywhere and its error is appended there (evaluate.py
+    keeps the rollouts it paid for); without, the error is raised."""
     columns = {key: [ex[key] for ex in examples] for key in examples[0] if key != "prompt"}
     completions = [row["completion"] for row in rows]
     kwargs = {**columns, "prompts": [row["prompt"] for row in rows],
               "completion_ids": [[0] * row["usage"]["completion_tokens"] for row in rows]}
     for func in task.reward_funcs:
-        for row, value in zip(rows, func(completions=completions, **kwargs), strict=True):
-            row.setdefault("scores", {})[rewards.reward_name(func)] = value
+        name = rewards.reward_name(func)
+        try:
+            values = func(completions=completions, **kwargs)
+            if len(values) != len(rows):
+                raise ValueError(f"returned {len(values)} scores for {len(rows)} completions")
+        except Exception as err:
+            if failures is None:
+                raise
+            failures.append(f"{name} ({type(err).__name__}: {err})")
+            values = [None] * len(rows)
+        for row, value in zip(rows, values, strict=True):
+            row.setdefault("scores", {})[name] = value
     first = rewards.reward_name(task.reward_funcs[0])
     for row, example in zip(rows, examples, strict=True):
         row["total"] = sum(w * (row["scores"][rewards.reward_name(f)] or 0.0)
@@ -334,6 +354,7 @@ def main(argv=None) -> list[dict]:
     if models := [f for f in task.reward_funcs if isinstance(f, str)]:
         raise Refusal(f"{recipe.__name__} rewards with a reward model ({', '.join(models)}), which only the trainer "
                       "loads: evaluate with a rubric of functions (judge_grpo.py: --reward_mode group or pointwise)")
+    contract.check_tools(task.environment_factory)  # a tool the model cannot be shown: one line, before any request
     task.start()  # the sandbox or index: a machine that cannot run them is one line, not an error in every rollout
     client = connect(args)
     dataset = data.build_split(task.build_dataset, args.split, script_args.dataset_path)
@@ -346,22 +367,21 @@ def main(argv=None) -> list[dict]:
         tools = task.environment_factory is not None
         max_turns = recipe.RECIPE_DEFAULTS.get("max_tool_calling_iterations", 0) if tools else 0
     jobs = [(i, r) for i in range(len(examples)) for r in range(args.rollouts)]
-    with ThreadPoolExecutor(args.concurrency) as pool:
-        futures = [pool.submit(rollout, client, args, task.environment_factory, examples[i], max_turns)
-                   for i, _ in jobs]
-        rows = [f.result() for f in tqdm(futures, desc=f"{args.recipe} rollouts", unit="rollout", disable=None)]
+    rows = run_rollouts(client, args, task, examples, jobs, max_turns, Path(args.out))
     failed = [row["error"] for row in rows if row["error"] is not None]
-    if len(failed) == len(rows):  # nothing to score or keep: --out stays as it was
+    if len(failed) == len(rows):  # nothing to score or keep: --out goes
+        Path(args.out).unlink()
         raise Refusal(f"all {len(rows)} requests failed, none written to --out; the first: {failed[0]}")
-    for row, (i, r) in zip(rows, jobs, strict=True):
-        row.update(example=i, rollout=r, answer=examples[i].get("answer"))
-    score(task, rows, [examples[i] for i, _ in jobs])
+    failures = []
+    score(task, rows, [examples[i] for i, _ in jobs], failures)
     print(summarize(task, rows, args.rollouts))
     warn_if_unsampled(args, rows)
     for row in rows[: args.show]:
         print(show(row))
-    with open(args.out, "w") as f:
+    scored = Path(args.out).with_name(Path(args.out).name + ".scoring")
+    with open(scored, "w") as f:
         f.writelines(json.dumps(row, default=str) + "\n" for row in rows)
+    scored.replace(args.out)  # the unscored rollouts stay in --out until the scored ones are whole
     print(f"wrote {len(rows)} rollouts to {args.out}")
     if args.pass_rates:  # the input of a recipe's --pass_rates (grpo_recipes/difficulty.py)
         rates = difficulty.pass_rates(rows, examples)
@@ -369,6 +389,38 @@ def main(argv=None) -> list[dict]:
         print(f"wrote the pass rates of {len(rates)} prompts to {args.pass_rates}: {difficulty.describe(rates)}")
     if failed:
         print(f"{len(failed)} of {len(rows)} requests failed; the first: {failed[0]}", file=sys.stderr)
+    if failures:
+        raise Refusal(f"{'; '.join(failures)} raised while scoring: {'its' if len(failures) == 1 else 'their'} "
+                      f"scores are null in {args.out}, which keeps all {len(rows)} rollouts; fix the reward")
+    return rows
+
+
+def run_rollouts(client, args, task, examples: list[dict], jobs: list[tuple[int, int]], max_turns: int,
+                 out: Path) -> list[dict]:
+    """Every job's rollout, each appended to `out` as it finishes (unscored), so that a crash or Ctrl-C keeps what
+    was paid for; Ctrl-C sends no further request and says how many were written."""
+    stop = threading.Event()
+    rows: list[dict | None] = [None] * len(jobs)
+    pool = ThreadPoolExecutor(args.concurrency)
+    futures = {pool.submit(rollout, client, args, task.environment_factory, examples[i], max_turns, stop): k
+               for k, (i, _) in enumerate(jobs)}
+    written = 0
+    try:
+        with open(out, "w") as sink:
+            for future in tqdm(as_completed(futures), total=len(futures), desc=f"{args.recipe} rollouts",
+                               unit="rollout", disable=None):
+                k = futures[future]
+                i, r = jobs[k]
+                rows[k] = {**future.result(), "example": i, "rollout": r, "answer": examples[i].get("answer")}
+                sink.write(json.dumps(rows[k], default=str) + "\n")
+                sink.flush()
+                written += 1
+    except KeyboardInterrupt:
+        stop.set()
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise Refusal(f"interrupted: {written} of {len(jobs)} rollouts are in {out}, unscored; no further request "
+                      "was sent", exit_code=130) from None
+    pool.shutdown()
     return rows
 
 

@@ -144,3 +144,24 @@ def checked_setup(recipe, script_args) -> Setup:
     if run.build_dataset is None:
         run.build_dataset = recipe.build_dataset
     return run
+
+
+def check_tools(environment_factory) -> None:
+    """Each tool's schema, built now as TRL builds it (transformers' get_json_schema), so that a tool the model cannot
+    be shown (no docstring, an argument without a type hint or without its line under `Args:`) is one line naming the
+    tool and the missing piece before the model loads (training.prepare) or the first request (evaluate.py). One
+    environment is made for it (a dict of factories: one of each); None: no tools."""
+    if environment_factory is None:
+        return
+    from transformers.utils import get_json_schema  # imports torch: not at a recipe's import
+
+    factories = environment_factory.values() if isinstance(environment_factory, dict) else [environment_factory]
+    for factory in factories:
+        for tool in environment_tools(factory()):
+            try:
+                get_json_schema(tool)
+            except Exception as err:  # noqa: BLE001 - transformers' message names the missing piece
+                raise Refusal(f"the tool {tool.__name__} cannot be described to the model: {err} "
+                              "(TRL builds each tool's description from its docstring, a summary line then `Args:` "
+                              "with a `name: description` line per argument, and a type hint on every argument)"
+                              ) from None

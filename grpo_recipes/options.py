@@ -73,8 +73,33 @@ class RecipeParser(TrlParser):
         if unknown:
             raise Refusal(f"unknown key(s) in {self.config_path}: " + ", ".join(
                 unknown_hint(key, config[key], known, self.recipe) for key in unknown) + " (--help lists the options)")
+        self.check_values(config)
         self.config_keys = set(config)
         return super().set_defaults_with_config(**config)
+
+    def check_values(self, config: dict) -> None:
+        """Each config value of the type its option takes, or one line: argparse converts a flag's text, but a YAML
+        value reaches the run as YAML typed it (`max_steps: 4.5` a float, `lora_target_modules: q_proj, v_proj` one
+        string), and would fail only after the model loaded."""
+        actions = {action.dest: action for action in self._actions}
+        for key, value in config.items():
+            action = actions[key]
+            if value is None:
+                continue
+            if action.nargs in ("+", "*"):
+                if isinstance(value, str) and re.search(r"[,\s]", value.strip()):
+                    parts = ", ".join(part for part in re.split(r"[,\s]+", value) if part)
+                    raise Refusal(f"{key}: {value!r} in {self.config_path} is one string; write a YAML list, e.g. "
+                                  f"{key}: [{parts}]")
+                items = value if isinstance(value, list) else [value]
+            elif isinstance(value, list):
+                raise Refusal(f"{key}: {value!r} in {self.config_path} is a list; it takes one value")
+            else:
+                items = [value]
+            for item in items:
+                if not takes(action.type, item):
+                    kind = {int: "a whole number", float: "a number"}.get(action.type, "true or false")
+                    raise Refusal(f"{key}: {item!r} in {self.config_path} is not {kind}")
 
     def option_names(self) -> set[str]:
         return {action.dest for action in self._actions}
@@ -104,6 +129,8 @@ def parse_args(script_arguments, defaults: dict, argv: list[str] | None = None, 
         raise Refusal(parser.format_help(), exit_code=0)
     if "-h" in argv or "--help" in argv:
         raise Refusal(short_help(parser, script_arguments, defaults, recipe), exit_code=0)
+    if (configs := sum(a == "--config" or a.startswith("--config=") for a in argv)) > 1:
+        raise Refusal(f"--config given {configs} times: pass one YAML file (options on the command line override it)")
     argv = with_config_checked(argv)
     if "--config" in argv:
         parser.config_path = argv[argv.index("--config") + 1]
@@ -123,6 +150,20 @@ def parse_args(script_arguments, defaults: dict, argv: list[str] | None = None, 
     quiet_bars_when_redirected(training_args, given)
     training_args.run_identity = run_identity(recipe, script_args, model_args)
     return script_args, training_args, model_args
+
+
+def takes(kind, value) -> bool:
+    """Whether an option whose argparse type is `kind` takes this YAML value as it is. Text always passes here:
+    argparse converts it, or says in one line why it cannot (`learning_rate: fast`)."""
+    if isinstance(value, str):
+        return True
+    if kind is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if kind is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if getattr(kind, "__name__", "") == "string_to_bool":
+        return isinstance(value, bool)
+    return True  # the rest: argparse and the config classes check them
 
 
 def recipe_name(script_arguments) -> str:

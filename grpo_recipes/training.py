@@ -20,7 +20,7 @@ from transformers.integrations import get_reporting_integration_callbacks
 from trl import GRPOConfig, GRPOTrainer, ModelConfig
 
 import rewards
-from grpo_recipes import difficulty, memory, preflight
+from grpo_recipes import contract, difficulty, memory, preflight
 from grpo_recipes.contract import Setup, StepHooks
 from grpo_recipes.console import logger, setup_logging
 from grpo_recipes.logs import (PLOT_FILE, CompactPrinter, CompactProgress, CompletionsPrinter, KeepCallbacksMetrics,
@@ -51,6 +51,7 @@ def prepare(training_args: GRPOConfig, model_args: ModelConfig, task: Setup, gen
         training_args.reward_weights = list(task.reward_weights)
     preflight.check_rubric(training_args.reward_weights, task.reward_funcs,
                            [rewards.reward_name(f) for f in task.reward_funcs])
+    contract.check_tools(task.environment_factory)
     if training_args.skip_settled_after:
         if generation_server or world > 1:
             raise Refusal("--skip_settled_after keeps its record in the one process that trains and scores: "

@@ -174,3 +174,51 @@ def test_every_recipes_rewards_and_tools_rebuild_in_a_spawned_process_with_the_r
     game = found["game_grpo"]  # the game the options chose, replayed by the rewards out there
     assert game["tools"] == ["guess"] and "from 1 to 4. You have 2 guesses" in game["first"]
     assert game["scores"][:2] == [1.0, 1.0]  # won, with one of 2 turns used
+
+
+class Notes:
+    def reset(self, **row) -> None:
+        return None
+
+    def add(self, text: str) -> str:
+        """Add a note.
+
+        Args:
+            text: The note.
+        """
+        return "added"
+
+    def no_docstring(self, text: str) -> str:
+        return text
+
+    def no_type_hint(self, text) -> str:
+        """Read a note.
+
+        Args:
+            text: The note.
+        """
+        return text
+
+    def no_args_section(self, text: str) -> str:
+        """Count notes."""
+        return text
+
+
+@pytest.mark.parametrize(("missing", "says"), [("no_docstring", "no docstring"), ("no_type_hint", "type hint"),
+                                                ("no_args_section", "no description for the argument")])
+def test_a_tool_the_model_cannot_be_shown_is_one_line_naming_it_before_the_model_loads(missing, says):
+    broken = type("Broken", (Notes,), {name: None for name in ("no_docstring", "no_type_hint", "no_args_section")
+                                       if name != missing})
+    recipe = type(sys)("my_recipe")
+    recipe.build_dataset = lambda split="train", dataset_path=None: None
+    recipe.setup = lambda script_args: contract.Setup([rewards.correctness_reward], [1.0], environment_factory=broken)
+    task = contract.checked_setup(recipe, None)
+    with pytest.raises(Refusal) as refused:
+        contract.check_tools(task.environment_factory)  # as training.prepare and evaluate.py do, before loading
+    message = str(refused.value)
+    assert message.startswith(f"the tool {missing} cannot be described to the model: ") and says in message
+    assert "`Args:`" in message and "\n" not in message
+    fixed = type("Fixed", (Notes,), dict.fromkeys(("no_docstring", "no_type_hint", "no_args_section")))
+    contract.check_tools(fixed)
+    with pytest.raises(Refusal, match=f"the tool {missing} "):  # a dict of factories: each environment's tools
+        contract.check_tools({"fixed": fixed, "broken": broken})

@@ -10,6 +10,7 @@ import pytest
 import evaluate
 import rewards
 from conftest import ROOT, free_port
+from grpo_recipes.refusal import Refusal
 
 
 def run(args, tmp_path, capsys):
@@ -31,6 +32,51 @@ def test_a_single_turn_recipe_is_scored_with_its_own_rubric(reader_server, kit, 
     assert all(r["completion"][0]["role"] == "assistant" and r["usage"]["completion_tokens"] > 0 for r in saved)
     for line in ("strict accuracy", "lenient accuracy", "pass@1", "pass@2", "correctness_reward", "weighted total"):
         assert line in printed
+
+
+def test_ctrl_c_stops_at_once_and_keeps_every_rollout_that_finished(reader_server, kit, tmp_path):
+    """Each rollout reaches --out as it finishes; Ctrl-C sends nothing more, and says how many are there."""
+    import signal
+    import time
+
+    base_url, model = reader_server
+    out = tmp_path / "rollouts.jsonl"
+    proc = subprocess.Popen([sys.executable, str(ROOT / "evaluate.py"), "gsm8k_grpo", "--base_url", base_url,
+                             "--model", model, "-n", "16", "-r", "4", "--dataset_path", str(kit / "gsm8k_toy"),
+                             "--max_tokens", "24", "--concurrency", "1", "--out", str(out)], cwd=tmp_path,
+                            stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # as in a terminal
+    deadline = time.monotonic() + 120
+    while (not out.exists() or len(out.read_text().splitlines()) < 2) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)
+    interrupted = time.monotonic()
+    _, stderr = proc.communicate(timeout=60)
+    assert time.monotonic() - interrupted < 15, "it went on after Ctrl-C"
+    assert proc.returncode == 130 and "Traceback" not in stderr, stderr[-3000:]
+    kept = [json.loads(line) for line in out.read_text().splitlines()]
+    assert 2 <= len(kept) < 64 and all(row["completion"] and row["error"] is None for row in kept)
+    assert stderr.strip().splitlines()[-1] == (f"interrupted: {len(kept)} of 64 rollouts are in {out}, unscored; no "
+                                               "further request was sent")
+
+
+def test_a_reward_that_fails_in_scoring_is_named_and_the_rollouts_it_would_score_are_kept(reader_server, kit,
+                                                                                         tmp_path):
+    base_url, model = reader_server
+    fork = tmp_path / "my_recipe.py"
+    fork.write_text((ROOT / "gsm8k_grpo.py").read_text().replace("REWARD_FUNCS, REWARD_WEIGHTS = rewards.combine({", (
+        "def my_reward(completions, **kwargs):\n    raise KeyError('score')\n\n\n"
+        "REWARD_FUNCS, REWARD_WEIGHTS = rewards.combine({\n    my_reward: 1.0,")))
+    out = tmp_path / "rollouts.jsonl"
+    with pytest.raises(Refusal) as refusal:
+        evaluate.main([str(fork), "--base_url", base_url, "--model", model, "-n", "3", "--dataset_path",
+                       str(kit / "gsm8k_toy"), "--max_tokens", "16", "--out", str(out)])
+    assert str(refusal.value) == (f"my_reward (KeyError: 'score') raised while scoring: its scores are null in {out}, "
+                                  "which keeps all 3 rollouts; fix the reward")
+    kept = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(kept) == 3 and all(row["scores"]["my_reward"] is None for row in kept)
+    assert all(row["scores"]["correctness_reward"] is not None for row in kept)  # the other rewards still scored
 
 
 def test_a_tool_recipe_runs_its_tools_locally_between_turns(server, kit, tmp_path, capsys):

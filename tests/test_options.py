@@ -144,3 +144,41 @@ def test_a_quantized_base_never_runs_beside_vllm_and_asking_for_both_is_one_line
     args.use_vllm, args.use_vllm_chosen = True, False  # asked for, with --use_vllm
     with pytest.raises(Refusal, match=f"--use_vllm with {flag}: TRL cannot sync a LoRA adapter on a quantized base"):
         configs.apply_dependent_defaults(args, model_args, {flag[2:], "use_vllm"})
+
+
+@pytest.mark.parametrize(("yaml_text", "says"), [
+    ("max_steps: 4.5\n", "max_steps: 4.5 in {path} is not a whole number"),
+    ("lora_target_modules: q_proj, v_proj\n", "lora_target_modules: 'q_proj, v_proj' in {path} is one string; write a "
+                                              "YAML list, e.g. lora_target_modules: [q_proj, v_proj]"),
+    ("learning_rate: [0.1]\n", "learning_rate: [0.1] in {path} is a list; it takes one value"),
+    ("use_peft: 1\n", "use_peft: 1 in {path} is not true or false"),
+    ("learning_rate: fast\n", "argument --learning_rate/--learning-rate: invalid float value: 'fast' (--help lists the "
+                              "options)"),
+    ("num_generations: [4, 8]\n", "num_generations: [4, 8] in {path} is a list; it takes one value"),
+])
+def test_a_config_value_of_the_wrong_type_is_one_line_before_anything_loads(tmp_path, yaml_text, says):
+    """A flag's text goes through argparse's conversion; a YAML value reaches the run as YAML typed it."""
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml_text)
+    with pytest.raises(Refusal) as refused:
+        parse_args(["--config", str(path)])
+    assert str(refused.value) == says.format(path=path)
+
+
+def test_config_values_of_the_right_type_pass_as_yaml_writes_them(tmp_path):
+    path = tmp_path / "config.yaml"
+    path.write_text("max_steps: 4\nlearning_rate: 1e-5\nlora_target_modules: [q_proj, v_proj]\nuse_peft: true\n"
+                    "warmup_steps: 0.05\n")
+    _, training_args, model_args = parse_args(["--config", str(path)])
+    assert (training_args.max_steps, training_args.learning_rate) == (4, 1e-5)  # "1e-5": YAML's string, converted
+    assert model_args.lora_target_modules == ["q_proj", "v_proj"]
+    path.write_text("lora_target_modules: all-linear\n")  # one module name, or PEFT's all-linear, as a string
+    assert parse_args(["--config", str(path)])[2].lora_target_modules == "all-linear"
+
+
+def test_two_config_files_are_one_line(tmp_path):
+    path = tmp_path / "config.yaml"
+    path.write_text("max_steps: 4\n")
+    with pytest.raises(Refusal, match=r"^--config given 2 times: pass one YAML file \(options on the command line "
+                                      r"override it\)$"):
+        parse_args(["--config", str(path), f"--config={path}"])
