@@ -11,7 +11,9 @@ it. GRPO's rewards are the game's own record (won, turns, turn-level credit), so
 Stages, each training stage a subprocess through the recipe's own entry point, as a user would run it:
   1. games: SFT seeds (the teacher's episodes, scored by the recipe's rubric as an evaluate.py JSONL), RL seeds and
      held-out seeds, disjoint;
-  2. a tiny model (offline.build_tiny_model) whose tokenizer learns the episodes' text;
+  2. a tiny model (offline.build_tiny_model) whose tokenizer learns the episodes' text, pre-trained to copy from its
+     context (copying.teach_copying, as agent_demo.py's: a random tiny model does not learn to read the game's
+     answers in minutes of SFT: measured, its SFT start guessed 4, 6, 7, 2 whatever the hints said);
   3. SFT: sft_warmstart.py --source rollouts on every teacher episode;
   4. GRPO with game_grpo.py beside the SFT control (more SFT on the teacher, --control_ratio steps a GRPO step: about
      their step times' ratio here); then the ablation, GRPO in the same game with its hints removed
@@ -25,6 +27,7 @@ import argparse
 import json
 import os
 import random
+import re
 import statistics
 import sys
 import tempfile
@@ -53,10 +56,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--max_completion_length", type=int, default=256, help="tokens per episode")
     parser.add_argument("--n_sft", type=int, default=1000, help="teacher episodes for SFT")
     parser.add_argument("--n_test", type=int, default=200, help="held-out games, seeds never seen in SFT or RL")
+    parser.add_argument("--copy_steps", type=int, default=800, help="steps of copying.teach_copying, batch 32")
     parser.add_argument("--sft_steps", type=int, default=250, help="SFT steps, batch 32, lr 1e-3 cosine")
     parser.add_argument("--grpo_steps", type=int, default=50, help="GRPO steps, --grpo_prompts x 8 episodes each")
     parser.add_argument("--grpo_prompts", type=int, default=4, help="games per GRPO step, 8 episodes each")
-    parser.add_argument("--grpo_lr", type=float, default=5e-5, help="GRPO learning rate, constant")
+    parser.add_argument("--grpo_lr", type=float, default=1e-4, help="GRPO learning rate, constant")
     parser.add_argument("--temperature", type=float, default=0.7, help="GRPO sampling temperature")
     parser.add_argument("--control_ratio", type=float, default=3.0, help="SFT control steps per GRPO step")
     return parser.parse_args(argv)
@@ -70,7 +74,8 @@ def game_flags(args) -> list[str]:
 # -------------------------------------------------------------------------------------------------------------- data
 def write_data(out: Path, seed: int, args) -> float:
     """rl/{train,test}.jsonl (a `seed` per game), teacher.jsonl (evaluate.py's format, scored by the recipe's rubric),
-    and the tiny model whose tokenizer learned the episodes' text (out/tiny); returns the teacher's win rate."""
+    the tiny model whose tokenizer learned the episodes' text (out/tiny) and the words copying pre-trains on; returns
+    the teacher's win rate."""
     from transformers.utils import get_json_schema
     from transformers.utils.chat_template_utils import render_jinja_template
     from trl.chat_template_utils import qwen2_5_chat_template
@@ -99,6 +104,7 @@ def write_data(out: Path, seed: int, args) -> float:
                                    chat_template=qwen2_5_chat_template)[0]
     offline.build_tiny_model(out / "tiny", corpus, vocab_size=600, seed=seed, hidden_size=128, num_layers=3,
                              single_digits=True)
+    (out / "words.json").write_text(json.dumps(sorted(set(re.findall(r"[A-Za-z]+", " ".join(corpus))))))
     return statistics.mean(row["scores"]["game_won_reward"] for row in logs)
 
 
@@ -168,13 +174,24 @@ def grpo_argv(args, out: Path, output: Path, seed: int) -> list[str]:
 
 
 def pipeline(seed: int, args) -> dict:
+    import torch
+
+    import copying
+
     out = Path(args.out_dir).resolve() / f"seed{seed}"
     start = time.time()
     say(f"seed {seed}: games, the teacher's episodes and the tiny model in {out}")
     result = {"seed": seed, "teacher_win_rate": write_data(out, seed, args)}
-    sft = sft_argv(out / "tiny", out / "teacher.jsonl", out / "sft", "game_grpo", args.sft_steps, seed, 1e-3,
+    say(f"seed {seed}: the tiny model learns to copy from its context ({args.copy_steps} steps)")
+    copy_start = time.time()
+    torch.set_num_threads(2)  # alone on the machine
+    copying.teach_copying(out / "tiny", out / "base", json.loads((out / "words.json").read_text()),
+                          steps=args.copy_steps, seed=seed)
+    torch.set_num_threads(1)  # the held-out figures share the machine with training
+    times = {"copying": time.time() - copy_start}
+    sft = sft_argv(out / "base", out / "teacher.jsonl", out / "sft", "game_grpo", args.sft_steps, seed, 1e-3,
                    args.overwrite_output_dir, 32)
-    times = {"sft": run("sft_warmstart.py", *sft, log=out / "sft.log", threads=2)}
+    times["sft"] = run("sft_warmstart.py", *sft, log=out / "sft.log", threads=2)
     control = sft_argv(out / "sft", out / "teacher.jsonl", out / "control", "game_grpo",
                        round(args.control_ratio * args.grpo_steps), seed, 3e-4, args.overwrite_output_dir, 32)
     # Two training processes, a core each: GRPO beside the control, then the ablation on the first core free. The
