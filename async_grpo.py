@@ -325,6 +325,7 @@ def main(argv: list[str] | None = None) -> AsyncGRPOTrainer:
     reward_funcs = [WeightedReward(f, w) for f, w in zip(task.reward_funcs, training_args.reward_weights, strict=True)]
     check_picklable({rewards.reward_name(f): f for f in reward_funcs} | {"the tools": task.environment_factory})
     train_dataset, _ = data.load_splits(task.build_dataset, training_args, script_args.dataset_path, 0)
+    training.check_rows(task, train_dataset, tokenizer)  # prompts rendered, each reward called on real rows
     schedule_length(training_args, len(train_dataset))
     if not torch.cuda.is_available():  # TRL 1.16's async trainer assumes a GPU here (and for flash-attn3)
         trl_patches.no_mfu_without_cuda()

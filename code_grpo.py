@@ -386,6 +386,7 @@ def main(argv: list[str] | None = None):
     tokenizer = training.prepare(training_args, model_args, task)  # one-line checks, then the test sandboxes start
     train_dataset, eval_dataset = data.load_splits(build_dataset, training_args, script_args.dataset_path,
                                                    script_args.num_eval_examples)
+    training.check_rows(task, train_dataset, tokenizer)  # prompts rendered, each reward called on real rows
     trainer = GRPOTrainer(
         model=model_args.model_name_or_path,
         reward_funcs=task.reward_funcs,

@@ -33,7 +33,7 @@ from openai import APIConnectionError, APIResponseValidationError, APIStatusErro
 from tqdm import tqdm
 
 import rewards
-from grpo_recipes import contract, data, difficulty
+from grpo_recipes import contract, data, difficulty, row_checks
 from grpo_recipes.console import quiet_bars_when_redirected, quiet_noise
 from grpo_recipes.refusal import Refusal, run_script
 
@@ -356,11 +356,14 @@ def main(argv=None) -> list[dict]:
                       "loads: evaluate with a rubric of functions (judge_grpo.py: --reward_mode group or pointwise)")
     contract.check_tools(task.environment_factory)  # a tool the model cannot be shown: one line, before any request
     task.start()  # the sandbox or index: a machine that cannot run them is one line, not an error in every rollout
-    client = connect(args)
     dataset = data.build_split(task.build_dataset, args.split, script_args.dataset_path)
     examples = [dataset[i] for i in range(min(args.num_examples, len(dataset)))]
     if not examples:
         raise Refusal(f"no examples to evaluate: the {args.split} split is empty")
+    # before any request is paid for: the prompts a chat API takes, every reward called on the first rows
+    row_checks.check_prompts(dataset, args.split)
+    row_checks.check_rubric(task.reward_funcs, dataset, args.split, task.environment_factory)
+    client = connect(args)
     probe(client, args, examples[0])
     max_turns = args.max_turns
     if max_turns is None:  # the recipe's own bound on tool-calling rounds; none without tools

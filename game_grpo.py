@@ -227,6 +227,7 @@ def main(argv: list[str] | None = None):
     tokenizer = training.prepare(training_args, model_args, task)
     train_dataset, eval_dataset = data.load_splits(task.build_dataset, training_args, script_args.dataset_path,
                                                    script_args.num_eval_examples)
+    training.check_rows(task, train_dataset, tokenizer)  # prompts rendered, each reward called on real rows
     trainer = GRPOTrainer(
         model=model_args.model_name_or_path,
         reward_funcs=task.reward_funcs,

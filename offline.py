@@ -35,6 +35,7 @@ import json
 import os
 import random
 import re
+import time
 from pathlib import Path
 
 NAMES = ["Ava", "Ben", "Chidi", "Dana", "Elif", "Farid", "Grace", "Hiro", "Ines", "Jonas", "Kemi", "Luca"]
@@ -329,6 +330,7 @@ def warm_start(model_dir: str | Path, out_dir: str | Path, conversations: list[d
     from trl import SFTConfig, SFTTrainer
 
     from grpo_recipes.console import redirected
+    from grpo_recipes.logs import use_compact_logs
 
     schemas = json.dumps([get_json_schema(tool) for tool in tools])
     dataset = Dataset.from_list([{**c, "tools": schemas} for c in conversations])
@@ -338,8 +340,13 @@ def warm_start(model_dir: str | Path, out_dir: str | Path, conversations: list[d
                      report_to="none", seed=seed, dataloader_num_workers=0, disable_tqdm=redirected())
     trainer = SFTTrainer(model=AutoModelForCausalLM.from_pretrained(model_dir), args=args, train_dataset=dataset,
                          processing_class=AutoTokenizer.from_pretrained(model_dir))
+    use_compact_logs(trainer)
+    print(f"offline.py: warm-starting {Path(out_dir).name} on {len(conversations)} conversations, {steps} SFT steps",
+          flush=True)
+    started = time.perf_counter()
     trainer.train()
     trainer.save_model(str(out_dir))
+    print(f"offline.py: {Path(out_dir).name} warm-started in {time.perf_counter() - started:.0f} s", flush=True)
     return Path(out_dir)
 
 
@@ -427,6 +434,7 @@ def main(argv: list[str] | None = None) -> None:
     from grpo_recipes.console import quiet_bars_when_redirected
 
     quiet_bars_when_redirected()  # into a file: the warm starts' log lines, without their bars' frames
+    started = time.perf_counter()
     out = Path(args.out_dir)
     data_dir = write_toy_gsm8k(out / "gsm8k_toy", seed=args.seed)
     search_dir = write_toy_search(out / "search_toy", seed=args.seed)
@@ -497,7 +505,7 @@ def main(argv: list[str] | None = None) -> None:
         written += write_code_kit(out, config, args)
     if args.recipe:
         written.append(write_fork_config(out, config, args, out / f"{name}-tools"))
-    print("wrote " + ", ".join(map(str, written)))
+    print("wrote " + ", ".join(map(str, written)) + f" in {time.perf_counter() - started:.0f} s")
 
 
 def write_fork_config(out: Path, config: dict, args, tools_model: Path) -> Path:

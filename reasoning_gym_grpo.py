@@ -253,6 +253,7 @@ def main(argv: list[str] | None = None):
     task = setup(script_args)  # the tasks, the curriculum and the rubric this run trains with
     tokenizer = training.prepare(training_args, model_args, task)
     train_dataset, eval_dataset = datasets(script_args, task, training_args)
+    training.check_rows(task, train_dataset, tokenizer)  # prompts rendered, each reward called on real rows
     trainer = GRPOTrainer(
         model=model_args.model_name_or_path,
         reward_funcs=task.reward_funcs,

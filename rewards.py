@@ -555,12 +555,16 @@ def score_each(score, *columns) -> list[float | None]:
         return [_safely(score, *row) for row in rows]
 
 
+class ScorerFailed(RuntimeWarning):
+    """A scorer raised on one completion, which score_each then scored 0.0 (grpo_recipes/row_checks.py counts them)."""
+
+
 def _safely(score, *args) -> float | None:
     """Run one scorer; a bug in it costs that completion its reward (with a warning), never the training run."""
     try:
         value = score(*args)
         return None if value is None else float(value)
     except Exception as err:  # noqa: BLE001 - the training run must survive any completion
-        warnings.warn(f"{score.__qualname__} failed on one completion and gave it 0.0: {err!r}", RuntimeWarning,
+        warnings.warn(f"{score.__qualname__} failed on one completion and gave it 0.0: {err!r}", ScorerFailed,
                       stacklevel=3)
         return 0.0

@@ -264,6 +264,7 @@ def main(argv: list[str] | None = None):
 
     train_dataset, eval_dataset = data.load_splits(build, training_args, script_args.dataset_path,
                                                    script_args.num_eval_examples)
+    training.check_rows(task, train_dataset, tokenizer)  # prompts rendered, each reward called on real rows
     trainer = GRPOTrainer(
         model=model_args.model_name_or_path,  # loaded with training_args.model_init_kwargs (dtype, ...)
         reward_funcs=task.reward_funcs,

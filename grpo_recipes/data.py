@@ -4,6 +4,8 @@ and line number) rather than a traceback."""
 
 import json
 import logging
+import os
+import tempfile
 from functools import lru_cache
 from pathlib import Path
 
@@ -29,12 +31,27 @@ def hub_reachable() -> bool:
         return False
 
 
+def check_cache(path: str | Path, what: str, variable: str) -> None:
+    """A cache folder the run writes (created if missing, as the library would), else one line naming the variable
+    that put it there: HF_HOME=/read-only/place gave a 26-line traceback from inside `datasets`."""
+    path = Path(path)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        tempfile.TemporaryFile(dir=path).close()
+    except OSError as err:
+        chosen = next((f"{name}={os.environ[name]}" for name in (variable, "HF_HOME", "XDG_CACHE_HOME")
+                       if os.environ.get(name)), "the default place")
+        raise Refusal(f"the {what} cache {path} cannot be written ({err.strerror}; set by {chosen}): point "
+                      f"{variable} or HF_HOME at a folder you can write") from None
+
+
 def load_split(split: str, dataset_path: str | None, name: str | None = None, config: str | None = None) -> Dataset:
     """One split of local data (a JSON/JSONL/parquet/CSV file: train only; or a folder of split files) or, without
     dataset_path, of the Hub dataset `name` (`config`), as the recipe names it.
 
     Unreachable Hub data, a missing path, an unknown file type, an empty file and a malformed JSON line end in one
     line (file and 1-based line number)."""
+    check_cache(datasets.config.HF_DATASETS_CACHE, "datasets", "HF_DATASETS_CACHE")  # every load writes there
     if dataset_path is None:
         return hub_split(split, name, config)
     files = split_files(split, dataset_path)

@@ -34,6 +34,7 @@ from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import wait as wait_for
 
 from grpo_recipes.answers import completion_text, content_text
+from grpo_recipes.console import logger
 from grpo_recipes.contract import StepHooks
 from grpo_recipes.refusal import Refusal
 
@@ -185,6 +186,15 @@ class JudgeReward(StepHooks):
         with self._lock:
             for key, amount in amounts.items():
                 self.stats[key] += amount
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        """The requests before training (the rubric's check on the first rows: training.check_rows) logged in one line
+        and counted apart, so that the first step's log counts that step's."""
+        with self._lock:
+            if self.stats["calls"]:
+                logger.info(f"{self.__name__}: {self.stats['calls']} requests to the judge before training (the "
+                            "rubric checked on the first rows)")
+            self.stats = dict.fromkeys(STAT_NAMES, 0)
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         """The judge's work since the last log, in this log (`eval_judge/...` in an evaluation's), then counted

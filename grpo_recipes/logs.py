@@ -86,6 +86,13 @@ class CompactPrinter(PrinterCallback):
             print(compact_line(state, logs), flush=True)
 
 
+def use_compact_logs(trainer) -> None:
+    """The trainer's progress bar and printed logs replaced by their compact forms (one line per logging step)."""
+    for verbose, compact in ((ProgressCallback, CompactProgress), (PrinterCallback, CompactPrinter)):
+        if trainer.pop_callback(verbose) is not None:
+            trainer.add_callback(compact)
+
+
 class KeepCallbacksMetrics(TrainerCallback):
     """What other callbacks add to a log (tool_use_grpo's `tools/seconds`) kept in the logged history, so it reaches
     trainer_state.json: the Trainer records a log before its callbacks see it. Added last, it sees every addition."""

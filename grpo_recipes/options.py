@@ -148,7 +148,7 @@ def parse_args(script_arguments, defaults: dict, argv: list[str] | None = None, 
     given = {a[2:].split("=")[0] for a in argv if a.startswith("--")} | parser.config_keys
     apply_dependent_defaults(training_args, model_args, given)
     quiet_bars_when_redirected(training_args, given)
-    training_args.run_identity = run_identity(recipe, script_args, model_args)
+    training_args.run_identity = run_identity(recipe, script_args, model_args, training_args)
     return script_args, training_args, model_args
 
 

@@ -23,15 +23,20 @@ _LOCKS: dict[str, int] = {}  # output folder -> the descriptor whose lock this p
 LAST = ("last", "latest", "true")  # --resume_from_checkpoint values that mean the newest complete checkpoint
 
 
-def run_identity(recipe: str, script_args, model_args) -> dict:
+def run_identity(recipe: str, script_args, model_args, training_args=None) -> dict:
     """What a checkpoint of this run must match to be resumed (check_resume): the recipe, the model, the data (a local
-    path, resolved; else a recipe's --dataset_name, or None: its Hub dataset), and LoRA or a full fine-tune."""
+    path, resolved; else a recipe's --dataset_name, or None: its Hub dataset), LoRA or a full fine-tune, and the
+    learning rate and its schedule (a resume restores the saved scheduler, whose rate wins over a new one: a resume
+    at --learning_rate 1e-3 trained on at 1.9e-6)."""
     model = model_args.model_name_or_path
     path, name = getattr(script_args, "dataset_path", None), getattr(script_args, "dataset_name", None)
+    schedule = {} if training_args is None else {"learning_rate": training_args.learning_rate,
+                                                 "lr_scheduler_type": getattr(training_args.lr_scheduler_type, "value",
+                                                                      training_args.lr_scheduler_type)}
     return {"recipe": recipe,
             "model": str(Path(model).expanduser().resolve()) if Path(model).expanduser().exists() else model,
             "data": str(Path(path).resolve()) if path else name,
-            "use_peft": bool(model_args.use_peft)}
+            "use_peft": bool(model_args.use_peft), **schedule}
 
 
 def checkpoints_in(output: Path) -> list[Path]:
@@ -177,9 +182,12 @@ def read_run(folder: Path) -> dict | None:
         return None
 
 
+SCHEDULE = {"learning_rate": "learning rate", "lr_scheduler_type": "schedule"}  # what a resume cannot change
+
+
 def differences(recorded: dict, identity: dict) -> list[str]:
     """What differs between the run recorded in a folder and this one, in words ('model runs/a, not runs/b')."""
-    words = {"recipe": "recipe", "model": "model", "data": "data", "use_peft": "LoRA"}
+    words = {"recipe": "recipe", "model": "model", "data": "data", "use_peft": "LoRA", **SCHEDULE}
     shown = {"data": lambda v: v or "the recipe's Hub dataset", "recipe": lambda v: f"{v}.py",
              "use_peft": lambda v: "on" if v else "off"}
     return [f"{words[key]} {shown.get(key, str)(recorded.get(key))}, not {shown.get(key, str)(identity[key])}"
@@ -187,8 +195,9 @@ def differences(recorded: dict, identity: dict) -> list[str]:
 
 
 def check_resume(checkpoint: Path, identity: dict | None) -> None:
-    """Resume means resume: the checkpoint's run (RUN_FILE beside it) must have this run's recipe, model, data and
-    LoRA choice; otherwise one line says what differs and how to start a new run from the checkpoint's weights."""
+    """Resume means resume: the checkpoint's run (RUN_FILE beside it) must have this run's recipe, model, data, LoRA
+    choice, learning rate and schedule; otherwise one line says what differs and how to start a new run from the
+    checkpoint's weights."""
     recorded = read_run(checkpoint.parent) or read_run(checkpoint)
     if identity is None:
         return
@@ -197,6 +206,11 @@ def check_resume(checkpoint: Path, identity: dict | None) -> None:
                        "resuming without checking that its recipe, model and data are this run's")
         return
     different = differences(recorded, identity)
+    if different and all(d.startswith(tuple(SCHEDULE.values())) for d in different):
+        raise Refusal(f"--resume_from_checkpoint {checkpoint} continues a run at {'; '.join(different)}: a resume "
+                      "restores that run's optimizer and schedule, so the new value would not apply; resume without "
+                      f"changing it, or train from its weights in a new run: --model_name_or_path {checkpoint} (and "
+                      "another --output_dir) without --resume_from_checkpoint")
     if different:
         raise Refusal(f"--resume_from_checkpoint {checkpoint} continues a run of {'; '.join(different)}: to train "
                       f"from its weights in a new run, pass --model_name_or_path {checkpoint} (and another "

@@ -16,12 +16,13 @@ import shlex
 import sys
 from pathlib import Path
 
+import datasets
 import huggingface_hub
 import torch
 from trl import GRPOConfig, ModelConfig
 from trl.chat_template_utils import add_response_schema, supports_tool_calling
 
-from grpo_recipes.data import hub_reachable
+from grpo_recipes.data import check_cache, hub_reachable
 from grpo_recipes.refusal import Refusal
 
 logger = logging.getLogger("grpo-recipes")
@@ -140,10 +141,17 @@ def check_model_options(training_args: GRPOConfig, model_args: ModelConfig) -> N
 
 
 def check_rubric(reward_weights: list[float], reward_funcs: list, names: list[str]) -> None:
-    """One weight per reward function (--reward_weights, or the recipe's own)."""
+    """One weight per reward function (--reward_weights, or the recipe's own); a warning for a rubric that teaches
+    nothing (every weight 0) and for a reward listed twice (TRL logs both under one name, and it counts twice)."""
     if len(reward_weights) != len(reward_funcs):
         raise Refusal(f"--reward_weights has {len(reward_weights)} values for {len(reward_funcs)} reward functions "
                       f"({', '.join(names)}).")
+    if reward_funcs and not any(reward_weights):
+        logger.warning(f"every reward weight is 0 ({', '.join(names)}): every completion totals 0, so GRPO's "
+                       "advantages are 0 and the run learns nothing; give the rewards that matter a weight")
+    if twice := sorted({name for name in names if names.count(name) > 1}):
+        logger.warning(f"the rubric lists {', '.join(twice)} more than once: TRL logs them as one column and their "
+                       "weights add up; list each reward once, with the weight you mean")
 
 
 
@@ -219,6 +227,14 @@ def check_model_folder(folder: Path, name: str) -> None:
     if not weights:
         raise Refusal(f"--model_name_or_path {name} has a config.json but no weights (*.safetensors): the save did not "
                       "finish, or the weights are elsewhere")
+
+
+def check_caches() -> None:
+    """The caches a run writes, each one line where it cannot: datasets' (every data load writes there) and, online,
+    the Hub's (a download, or the check for a newer copy)."""
+    check_cache(datasets.config.HF_DATASETS_CACHE, "datasets", "HF_DATASETS_CACHE")
+    if not huggingface_hub.constants.HF_HUB_OFFLINE:
+        check_cache(huggingface_hub.constants.HF_HUB_CACHE, "Hugging Face Hub", "HF_HUB_CACHE")
 
 
 def check_model_source(name: str) -> None:

@@ -2,6 +2,7 @@
 services started) and `run` (train with compact logs, Ctrl-C with the command that resumes, save atomically, plot).
 
     tokenizer = training.prepare(training_args, model_args, task)  # task: the recipe's setup(script_args)
+    training.check_rows(task, train_dataset, tokenizer)            # after the recipe loads its data
     trainer = GRPOTrainer(...)                                      # in the recipe
     training.run(trainer)
 """
@@ -15,16 +16,16 @@ import traceback
 from pathlib import Path
 
 import torch
-from transformers import AutoTokenizer, PrinterCallback, ProgressCallback, TrainerCallback
+from transformers import AutoTokenizer, TrainerCallback, TrainerState
 from transformers.integrations import get_reporting_integration_callbacks
 from trl import GRPOConfig, GRPOTrainer, ModelConfig
 
 import rewards
-from grpo_recipes import contract, difficulty, memory, preflight
+from grpo_recipes import contract, difficulty, memory, preflight, row_checks
 from grpo_recipes.contract import Setup, StepHooks
 from grpo_recipes.console import logger, setup_logging
-from grpo_recipes.logs import (PLOT_FILE, CompactPrinter, CompactProgress, CompletionsPrinter, KeepCallbacksMetrics,
-                               plot_training, rubric_summary, run_summary)
+from grpo_recipes.logs import (PLOT_FILE, CompletionsPrinter, KeepCallbacksMetrics, plot_training, rubric_summary,
+                               run_summary, use_compact_logs)
 from grpo_recipes.output_dir import checkpoints_in, complete, prepare_output_dir, release_output_dir
 from grpo_recipes.refusal import Refusal
 from grpo_recipes.trl_patches import reentrant_checkpointing_for_peft_zero3, sync_lora_out_of_place
@@ -57,6 +58,7 @@ def prepare(training_args: GRPOConfig, model_args: ModelConfig, task: Setup, gen
             raise Refusal("--skip_settled_after keeps its record in the one process that trains and scores: "
                           f"{'not under async_grpo.py' if generation_server else f'here are {world}'}; drop it")
         difficulty.skip_settled(task, training_args.skip_settled_after, training_args.seed)
+    preflight.check_caches()
     prepare_output_dir(training_args)
     preflight.check_model_source(model_args.model_name_or_path)
     if getattr(training_args, "use_vllm", False) and training_args.vllm_mode == "colocate":
@@ -82,6 +84,13 @@ def prepare(training_args: GRPOConfig, model_args: ModelConfig, task: Setup, gen
         sync_lora_out_of_place()  # the frozen base stays as loaded (trl_patches.lora_weights_for_vllm says why)
     task.start()
     return tokenizer
+
+
+def check_rows(task: Setup, train_dataset, tokenizer) -> None:
+    """The first training rows, before the model loads (row_checks.py): their prompts as the chat template renders
+    them, and every reward called on them as TRL will call it."""
+    row_checks.check_prompts(train_dataset, "train", tokenizer, tokenizer.name_or_path)
+    row_checks.check_rubric(task.reward_funcs, train_dataset, "train", task.environment_factory, TrainerState())
 
 
 def run(trainer: GRPOTrainer, reward_funcs: list | None = None) -> GRPOTrainer:
@@ -195,9 +204,7 @@ def run_training(trainer, training_args=None) -> None:
     """trainer.train() with compact logs; Ctrl-C saves nothing new and prints the exact command that resumes; a full
     disk while saving a checkpoint is one line (the checkpoint it cut short is skipped on resume)."""
     training_args = training_args or trainer.args
-    for verbose, compact in ((ProgressCallback, CompactProgress), (PrinterCallback, CompactPrinter)):
-        if trainer.pop_callback(verbose) is not None:
-            trainer.add_callback(compact)
+    use_compact_logs(trainer)
     trainer.add_callback(KeepCallbacksMetrics())
     # The reporters (wandb, TensorBoard, ...) last, so that they see what the other callbacks add to a log.
     reporters = tuple(get_reporting_integration_callbacks(training_args.report_to))

@@ -65,8 +65,11 @@ def test_a_reward_that_fails_in_scoring_is_named_and_the_rollouts_it_would_score
                                                                                          tmp_path):
     base_url, model = reader_server
     fork = tmp_path / "my_recipe.py"
+    # It breaks on the third problem only: evaluate.py's check on the first two rows, before any request, passes it.
+    third = json.loads((kit / "gsm8k_toy" / "test.jsonl").read_text().splitlines()[2])["answer"].split("####")[1]
     fork.write_text((ROOT / "gsm8k_grpo.py").read_text().replace("REWARD_FUNCS, REWARD_WEIGHTS = rewards.combine({", (
-        "def my_reward(completions, **kwargs):\n    raise KeyError('score')\n\n\n"
+        f"def my_reward(completions, answer, **kwargs):\n    if {third.strip()!r} in answer:\n"
+        "        raise KeyError('score')\n    return [0.0] * len(completions)\n\n\n"
         "REWARD_FUNCS, REWARD_WEIGHTS = rewards.combine({\n    my_reward: 1.0,")))
     out = tmp_path / "rollouts.jsonl"
     with pytest.raises(Refusal) as refusal:
@@ -99,9 +102,10 @@ def test_a_tool_recipe_runs_its_tools_locally_between_turns(server, kit, tmp_pat
     assert "tool calls" in printed
 
 
-def test_an_unreachable_server_gets_one_clear_message(tmp_path):
+def test_an_unreachable_server_gets_one_clear_message(base_kit, tmp_path):
     proc = subprocess.run([sys.executable, str(ROOT / "evaluate.py"), "gsm8k_grpo", "--base_url",
-                           f"http://127.0.0.1:{free_port()}/v1", "--model", "m", "--out", str(tmp_path / "x.jsonl")],
+                           f"http://127.0.0.1:{free_port()}/v1", "--model", "m", "--dataset_path",
+                           str(base_kit / "gsm8k_toy"), "--out", str(tmp_path / "x.jsonl")],
                           capture_output=True, text=True, timeout=120, cwd=ROOT, check=False)
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     assert proc.stderr.strip().splitlines()[-1].startswith("cannot reach http://127.0.0.1:")

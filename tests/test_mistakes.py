@@ -9,6 +9,7 @@ fast. The network cases rely on this machine having no route to the Hugging Face
 """
 
 import importlib
+import importlib.util
 import json
 import os
 import shlex
@@ -73,6 +74,56 @@ def odd_models(kit: Path, folder: Path) -> dict[str, Path]:
     return {"empty": empty, "tokenizer": tokenizer, "adapter": adapter}
 
 
+def fork(folder: Path, name: str, *edits: tuple[str, str], recipe: str = "gsm8k_grpo.py") -> str:
+    """A user's fork of a recipe: its file copied to folder/<name>.py with each (old, new) edit made."""
+    source = (ROOT / recipe).read_text()
+    for old, new in edits:
+        assert old in source, old
+        source = source.replace(old, new)
+    (folder / f"{name}.py").write_text(source)
+    return str(folder / f"{name}.py")
+
+
+def add_reward(name: str, body: str) -> tuple[tuple[str, str], tuple[str, str]]:
+    """The edits that add a reward to gsm8k_grpo.py's rubric, weight 0.5: `def <name>(completions, **kwargs)`."""
+    return (("# A correct, well-formatted answer scores",
+             f"def {name}(completions, answer, **kwargs):\n    {body}\n\n\n# A correct, well-formatted answer scores"),
+            ("    xml_tag_count_reward: 0.5,\n", f"    xml_tag_count_reward: 0.5,\n    {name}: 0.5,\n"))
+
+
+ROLE_LINE = '"prompt": [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": row["question"]}],'
+
+
+def forks(folder: Path) -> dict[str, str]:
+    """The forks a new user writes, each with one mistake the row checks must catch before the model loads."""
+    return {
+        "no **kwargs": fork(folder, "fork_no_kwargs", (
+            'def soft_format_reward(completions, reasoning_tag="reasoning", answer_tag="answer", **kwargs)',
+            'def soft_format_reward(completions, reasoning_tag="reasoning", answer_tag="answer")')),
+        "one value": fork(folder, "fork_one_value", *add_reward(
+            "brevity_reward", "return [sum(len(rewards.completion_text(c)) < 200 for c in completions) / "
+                              "len(completions)]")),
+        "strings": fork(folder, "fork_strings", *add_reward(
+            "label_reward", 'return ["good" if "<answer>" in rewards.completion_text(c) else "bad" '
+                            'for c in completions]')),
+        "missing column": fork(folder, "fork_missing_column", ('"answer": rewards.extract_hash_answer(row["answer"]),',
+                                                               '"gold": rewards.extract_hash_answer(row["answer"]),')),
+        "raises": fork(folder, "fork_raises", *add_reward(
+            "parsed_reward", 'return [float(rewards.completion_text(c).split("<answer>")[1].split("</answer>")[0]) '
+                             '== float(a) for c, a in zip(completions, answer)]')),
+        "scorer fails": fork(folder, "fork_scorer_fails", *add_reward(
+            "number_reward", "return rewards.score_each(lambda c, a: float(rewards.completion_text(c)) == float(a), "
+                             "completions, answer)")),
+        "string prompt": fork(folder, "fork_string_prompt", (
+            ROLE_LINE, '"prompt": SYSTEM_PROMPT + "\\n\\n" + row["question"],')),
+        "capital role": fork(folder, "fork_capital_role", (ROLE_LINE, ROLE_LINE.replace('"system"', '"System"'))),
+        "dropped role": fork(folder, "fork_dropped_role", (ROLE_LINE, ROLE_LINE.replace('"system"', '"developer"'))),
+        "tool without Args": fork(folder, "fork_tool_no_args", (
+            "\n        Args:\n            code: Python source code. Each call starts fresh: variables do not carry "
+            "over between calls.\n", "\n"), recipe="tool_use_grpo.py"),
+    }
+
+
 def cases(kit: Path, folder: Path) -> dict:
     """name -> (script, argv, environment changes, words the message must hold)."""
     (folder / "typo.yaml").write_text("learning_rat: 1.0e-5\n")
@@ -92,6 +143,11 @@ def cases(kit: Path, folder: Path) -> dict:
     config = str(kit / "gsm8k_grpo.yaml")
     (folder / "empty.yaml").write_text("# a template, every line a comment\n")
     cut_run = run_folder(kit, folder, "cut_run", this_run)  # checkpoint-2, then -4 cut while saving its state
+    rate_run = run_folder(kit, folder, "rate_run", {**this_run, "learning_rate": 5e-6, "lr_scheduler_type": "cosine"})
+    fork_of = forks(folder)
+    (folder / "half_step.yaml").write_text(f"max_steps: 4.5\nmodel_name_or_path: {model}\n")
+    (folder / "one_string.yaml").write_text("use_peft: true\nlora_target_modules: q_proj, v_proj\n")
+    (folder / "evaluated").mkdir()
     shutil.copytree(cut_run / "checkpoint-2", cut_run / "checkpoint-4")
     (cut_run / "checkpoint-4" / "trainer_state.json").write_text('{"global_step": 4, "log_hist')
     return {
@@ -222,6 +278,49 @@ def cases(kit: Path, folder: Path) -> dict:
                                                {}, ["no vLLM server at http://127.0.0.1:", "vllm serve"]),
         "async with evaluation": ("async_grpo.py", ["gsm8k_grpo", "--config", config, "--eval_strategy", "steps",
                                   "--output_dir", str(folder / "q")], {}, ["--eval_strategy steps", "evaluate.py"]),
+        "reward without **kwargs": (fork_of["no **kwargs"], ["--config", config, "--output_dir", str(folder / "f1")],
+                                    {}, ["soft_format_reward takes no **kwargs", "add **kwargs"]),
+        "reward with one value": (fork_of["one value"], ["--config", config, "--output_dir", str(folder / "f2")], {},
+                                  ["brevity_reward returned 1 value for", "one number (or None) per completion"]),
+        "reward of strings": (fork_of["strings"], ["--config", config, "--output_dir", str(folder / "f3")], {},
+                              ["label_reward returned str 'bad'", "a number"]),
+        "reward on a dropped column": (fork_of["missing column"], ["--config", config, "--output_dir",
+                                       str(folder / "f4")], {},
+                                       ["correctness_reward reads the column 'answer'", "gold", "build_dataset"]),
+        "reward that raises": (fork_of["raises"], ["--config", config, "--output_dir", str(folder / "f5")], {},
+                               ["parsed_reward raised IndexError", "first train rows"]),
+        "scorer that always fails": (fork_of["scorer fails"], ["--config", config, "--output_dir",
+                                     str(folder / "f6")], {}, ["number_reward failed on all", "0 to every answer"]),
+        "prompt as text": (fork_of["string prompt"], ["--config", config, "--output_dir", str(folder / "f7")], {},
+                           ["prompt is str, not a conversation", "chat template"]),
+        "role in capitals": (fork_of["capital role"], ["--config", config, "--output_dir", str(folder / "f8")], {},
+                             ["role 'System'", "lower case"]),
+        "role the template drops": (fork_of["dropped role"], ["--config", config, "--output_dir", str(folder / "f9")],
+                                    {}, ["chat template drops the developer message"]),
+        "tool without Args": (fork_of["tool without Args"], ["--config", str(kit / "tool_use_grpo.yaml"),
+                              "--output_dir", str(folder / "f10")], {},
+                              ["the tool python cannot be described", "Args:"]),
+        "evaluate a reward that raises": ("evaluate.py", [fork_of["raises"], "--dataset_path", str(kit / "gsm8k_toy"),
+                                          "--base_url", "http://127.0.0.1:9/v1", "--model", "m", "--out",
+                                          str(folder / "evaluated" / "e.jsonl")], {},
+                                          ["parsed_reward raised IndexError"]),
+        "evaluate a prompt as text": ("evaluate.py", [fork_of["string prompt"], "--dataset_path",
+                                      str(kit / "gsm8k_toy"), "--base_url", "http://127.0.0.1:9/v1", "--model", "m",
+                                      "--out", str(folder / "evaluated" / "e2.jsonl")], {},
+                                      ["prompt is str, not a conversation"]),
+        "fractional max_steps in YAML": ("gsm8k_grpo.py", ["--config", str(folder / "half_step.yaml")], {},
+                                         ["max_steps: 4.5", "not a whole number"]),
+        "LoRA layers as one string": ("gsm8k_grpo.py", ["--config", str(folder / "one_string.yaml")], {},
+                                      ["is one string", "[q_proj, v_proj]"]),
+        "two configs": ("gsm8k_grpo.py", ["--config", config, "--config", config], {},
+                        ["--config given 2 times", "one YAML file"]),
+        "unwritable HF_HOME": ("gsm8k_grpo.py", ["--config", config, "--output_dir", str(folder / "f11")],
+                               {"HF_HOME": "/proc/grpo-cache", "HF_DATASETS_CACHE": None, "HF_HUB_CACHE": None},
+                               ["/proc/grpo-cache", "HF_HOME=/proc/grpo-cache", "a folder you can write"]),
+        "resume at a new learning rate": ("gsm8k_grpo.py", ["--config", config, "--output_dir", str(rate_run),
+                                          "--learning_rate", "1e-3", "--resume_from_checkpoint", "last"], {},
+                                          ["continues a run at learning rate 5e-06, not 0.001",
+                                           "would not apply", "without --resume_from_checkpoint"]),
         "evaluate -n 0": ("evaluate.py", ["gsm8k_grpo", "--base_url", "http://127.0.0.1:9/v1", "--model", "m", "-n",
                           "0", "--out", str(folder / "e0.jsonl")], {}, ["--num_examples 0: must be at least 1"]),
         "base URL without a scheme": ("evaluate.py", ["gsm8k_grpo", "--base_url", "localhost:8000", "--model", "m",
@@ -243,7 +342,13 @@ def run_here(script: str, argv: list[str], cwd: Path) -> subprocess.CompletedPro
     from contextlib import redirect_stderr
     from io import StringIO
 
-    module, stderr, code, here = importlib.import_module(script.removesuffix(".py")), StringIO(), 0, os.getcwd()
+    if Path(script).is_absolute():  # a user's fork, imported from its file
+        spec = importlib.util.spec_from_file_location(Path(script).stem, script)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    else:
+        module = importlib.import_module(script.removesuffix(".py"))
+    stderr, code, here = StringIO(), 0, os.getcwd()
     os.chdir(cwd)
     try:
         with redirect_stderr(stderr):
@@ -260,7 +365,7 @@ def run_here(script: str, argv: list[str], cwd: Path) -> subprocess.CompletedPro
 
 
 IN_A_SUBPROCESS = {"rerun into checkpoints", "no network", "no network for the dataset", "offline and not cached",
-                   "unknown recipe (evaluate.py)"}
+                   "unknown recipe (evaluate.py)", "unwritable HF_HOME"}  # HF_HOME: read when datasets is imported
 
 
 @pytest.fixture(scope="module")
@@ -289,7 +394,12 @@ CASES = ["rerun into checkpoints", "unwritable output dir", "no network", "no ne
          "resume with another model", "resume another recipe's checkpoint",
          "new model into another run's checkpoints", "empty config", "logger not installed", "mistyped logger",
          "mistyped LoRA layer", "cut-short checkpoint", "evaluate -n 0", "base URL without a scheme",
-         "async without a server", "async tool recipe without a server", "async with evaluation"]
+         "async without a server", "async tool recipe without a server", "async with evaluation",
+         "reward without **kwargs", "reward with one value", "reward of strings", "reward on a dropped column",
+         "reward that raises", "scorer that always fails", "prompt as text", "role in capitals",
+         "role the template drops", "tool without Args", "evaluate a reward that raises", "evaluate a prompt as text",
+         "fractional max_steps in YAML", "LoRA layers as one string", "two configs", "unwritable HF_HOME",
+         "resume at a new learning rate"]
 
 
 @pytest.mark.parametrize("name", CASES)
@@ -450,3 +560,62 @@ def test_a_finished_run_lets_go_of_its_folder(kit, tmp_path):
     finally:
         os.close(other)
     assert (out / "model.safetensors").is_file() and not (out / ".saving").exists()
+
+
+def nan_reward(completions, **kwargs):
+    return [float("nan")] * len(completions)
+
+
+def no_opinion_reward(completions, **kwargs):
+    return [None] * len(completions)
+
+
+def test_a_rubric_that_would_train_on_nothing_warns_in_one_line(kit, caplog):
+    import gsm8k_grpo
+    from grpo_recipes import preflight, row_checks
+
+    rows = gsm8k_grpo.build_dataset("train", str(kit / "gsm8k_toy"))
+    final = rows.map(lambda row: {"prompt": [{"role": "system", "content": gsm8k_grpo.SYSTEM_PROMPT.replace(
+        "answer>", "final>")}, row["prompt"][1]]})  # the system prompt's tag changed, the rewards' not
+    funcs, names = gsm8k_grpo.REWARD_FUNCS, [f.__name__ for f in gsm8k_grpo.REWARD_FUNCS]
+    checks = {
+        "every reward None or NaN": (lambda: row_checks.check_rubric([nan_reward, no_opinion_reward], rows),
+                                     ["every reward gave None or NaN", "train on nothing"]),
+        "every weight 0": (lambda: preflight.check_rubric([0.0] * len(funcs), funcs, names),
+                           ["every reward weight is 0", "learns nothing"]),
+        "a reward twice": (lambda: preflight.check_rubric([1.0] * (len(funcs) + 1), [*funcs, funcs[0]],
+                                                          [*names, names[0]]),
+                           ["lists correctness_reward more than once", "one column"]),
+        "tags that disagree": (lambda: row_checks.check_rubric(funcs, final),
+                               ["correctness_reward, integer_answer_reward, strict_format_reward",
+                                "system prompt's format (<reasoning><final>", "pay for the row's gold_completion"]),
+    }
+    for name, (check, words) in checks.items():
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="grpo-recipes"):
+            check()
+        warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+        assert len(warned) == 1 and len(warned[0].splitlines()) == 1, (name, warned)
+        assert all(word in warned[0] for word in words), (name, warned[0])
+
+
+@pytest.mark.parametrize("recipe", ["gsm8k_grpo", "tool_use_grpo", "search_agent_grpo", "reasoning_gym_grpo",
+                                    "game_grpo"])
+def test_every_recipe_passes_its_own_row_checks_without_a_warning(kit, recipe, caplog, monkeypatch):
+    import yaml
+    from transformers import AutoTokenizer
+
+    from grpo_recipes import contract, row_checks
+
+    monkeypatch.chdir(kit)
+    module = contract.load_recipe(recipe)
+    config = yaml.safe_load((kit / f"{recipe}.yaml").read_text())
+    fields = module.ScriptArguments.__dataclass_fields__
+    task = contract.checked_setup(module, module.ScriptArguments(**{k: v for k, v in config.items() if k in fields}))
+    task.start()
+    rows = task.build_dataset("train", config.get("dataset_path"))
+    caplog.clear()  # what the setup logged (search's index reused)
+    with caplog.at_level("WARNING", logger="grpo-recipes"):
+        row_checks.check_prompts(rows, "train", AutoTokenizer.from_pretrained(config["model_name_or_path"]))
+        row_checks.check_rubric(task.reward_funcs, rows, "train", task.environment_factory)
+    assert not [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
