@@ -92,10 +92,10 @@ def test_gsm8k_recipe_runs_a_thinking_model_and_its_rubric_never_sees_the_thinki
     """gsm8k_grpo.py has no tools: the thinking model's completions still reach the rubric with the <think> block
     parsed out (TRL's response parser, set up for every template that reads enable_thinking). The warm start that
     thinks stands in for a thinking model here: the untrained base rarely writes <think>."""
-    seen = []
+    calls = []
 
     def spy(completions, **kwargs):
-        seen.extend(completions)
+        calls.append(completions)
         return [0.0] * len(completions)
 
     gsm8k_grpo.REWARD_FUNCS.append(spy)
@@ -106,6 +106,7 @@ def test_gsm8k_recipe_runs_a_thinking_model_and_its_rubric_never_sees_the_thinki
                                    "--reward_weights", *map(str, [*gsm8k_grpo.REWARD_WEIGHTS, 0.0])])
     finally:
         gsm8k_grpo.REWARD_FUNCS.remove(spy)
+    seen = [c for call in calls[1:] for c in call]  # the first call: training.check_rows' test completions
     assert trainer.state.global_step == 1 and seen
     assert any(c[-1].get("reasoning_content") for c in seen)  # it thought
     assert all("<think>" not in rewards.completion_text(c) for c in seen)
