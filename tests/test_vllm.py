@@ -397,6 +397,25 @@ def test_async_grpo_trains_a_tool_recipe_with_its_tools_readied_in_the_rollout_p
     assert scored >= {f"rewards/{rewards.reward_name(f)}" for f in __import__(recipe).REWARD_FUNCS}, scored
 
 
+def test_async_grpo_plays_game_grpo_with_a_game_made_per_rollout_in_the_rollout_process(vllm_kit, tmp_path):
+    """game_grpo through the async trainer: each rollout's game is made and reset (the row's seed) in the spawned
+    rollout process, its answers join the conversation there, and the rubric replays the moves from the seed. The
+    kit's model was warm-started on the interpreter's calls, which the game answers as invalid moves: what is checked
+    is that every part runs, and that each step is scored by the game's three rewards."""
+    model = str(vllm_kit / "tiny-qwen2-tools")
+    with vllm_serve(model, "--enable-lora", "--max-lora-rank", "16", "--max-loras", "2", name=model,
+                    env=ASYNC_ENV) as base_url:
+        proc = async_grpo(vllm_kit, base_url, tmp_path / "run", "--max_staleness", "0", "--max_steps", "2",
+                          "--save_steps", "2", "--model_name_or_path", model, recipe="game_grpo",
+                          config="game_grpo.yaml")
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    history = json.loads((tmp_path / "run" / "checkpoint-2" / "trainer_state.json").read_text())["log_history"]
+    steps = [log for log in history if "reward" in log]
+    assert len(steps) == 2 and all("sync/adapter_version" in log for log in steps), history
+    scored = {key for log in steps for key in log if key.startswith("rewards/")}
+    assert {f"rewards/game_{name}_reward" for name in ("won", "efficiency", "progress")} <= scored, scored
+
+
 def test_async_grpo_scores_code_grpo_with_the_runs_test_options_in_the_rollout_process(vllm_kit, tmp_path):
     """code_grpo's test rewards carry their sandboxes' options (CodeTests) into TRL's spawned rollout process, where
     the sandboxes start afresh and score every step's completions with the run's flags, not the defaults."""
