@@ -229,11 +229,11 @@ def check_model_folder(folder: Path, name: str) -> None:
                       "finish, or the weights are elsewhere")
 
 
-def check_caches() -> None:
-    """The caches a run writes, each one line where it cannot: datasets' (every data load writes there) and, online,
-    the Hub's (a download, or the check for a newer copy)."""
+def check_caches(model_name: str) -> None:
+    """The caches a run writes, each one line where it cannot: datasets' (every data load writes there) and, online
+    with a Hub model, the Hub's (a download, or the check for a newer copy; a read-only shared cache serves offline)."""
     check_cache(datasets.config.HF_DATASETS_CACHE, "datasets", "HF_DATASETS_CACHE")
-    if not huggingface_hub.constants.HF_HUB_OFFLINE:
+    if not huggingface_hub.constants.HF_HUB_OFFLINE and not Path(model_name).expanduser().exists():
         check_cache(huggingface_hub.constants.HF_HUB_CACHE, "Hugging Face Hub", "HF_HUB_CACHE")
 
 

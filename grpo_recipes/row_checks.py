@@ -89,7 +89,8 @@ def check_rubric(reward_funcs: list, dataset, split: str = "train", environment_
             continue  # a reward model: the trainer loads it
         name = rewards.reward_name(func)
         check_signature(func, name, columns, split)
-        scores[name] = call(func, name, rows, probes, split, environment_factory, trainer_state)
+        if (values := call(func, name, rows, probes, split, environment_factory, trainer_state)) is not None:
+            scores[name] = values
     if scores and all(not is_number(v) for values in scores.values() for v in values):
         logger.warning(f"every reward gave None or NaN to all {sum(map(len, probes))} test completions on the first "
                        f"{split} rows: TRL counts None as no opinion, so these rows would train on nothing; check "
@@ -125,8 +126,9 @@ def missing_column(name: str, column: str, columns: list[str], split: str) -> st
 
 
 def call(func, name: str, rows: list[dict], probes: list[list[tuple[str, str]]], split: str, environment_factory,
-         trainer_state) -> list:
-    """The reward's scores for every row's test completions, called as TRL's GRPOTrainer calls it."""
+         trainer_state) -> list | None:
+    """The reward's scores for every row's test completions, called as TRL's GRPOTrainer calls it (None: an async
+    reward inside a running event loop, left unchecked)."""
     pairs = [(row, text) for row, texts in zip(rows, probes, strict=True) for _, text in texts]
     columns = [key for key in rows[0] if key != "prompt"]
     kwargs = {key: [row[key] for row, _ in pairs] for key in columns}
@@ -140,14 +142,15 @@ def call(func, name: str, rows: list[dict], probes: list[list[tuple[str, str]]],
         warnings.simplefilter("always", rewards.ScorerFailed)
         try:
             values = func(**kwargs)
-            if inspect.isawaitable(values):
-                values = asyncio.run(values)
+            values = awaited(values)
         except KeyError as err:
             if err.args and isinstance(err.args[0], str) and err.args[0] not in kwargs:
                 raise Refusal(missing_column(name, err.args[0], columns, split)) from None
             raise Refusal(failed(name, err, split, len(pairs))) from None
         except Exception as err:  # noqa: BLE001 - any error here would end the first training step
             raise Refusal(failed(name, err, split, len(pairs))) from None
+    if values is UNCHECKED:
+        return None
     if not isinstance(values, list | tuple) or len(values) != len(pairs):
         listed = isinstance(values, list | tuple)
         count = f"{len(values)} value{'s' * (len(values) != 1)}" if listed else f"a {type(values).__name__}"
@@ -161,6 +164,18 @@ def call(func, name: str, rows: list[dict], probes: list[list[tuple[str, str]]],
         raise Refusal(f"the reward {name} failed on all {len(pairs)} test completions of the first {split} rows "
                       f"and would give 0 to every answer: {str(broke[0].message).split(': ', 1)[-1]}")
     return list(values)
+
+
+def awaited(values):
+    """An async reward's values, run here; in a notebook's running loop (where TRL awaits it) left unchecked."""
+    if not inspect.isawaitable(values):
+        return values
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(values)
+    values.close()
+    return UNCHECKED
 
 
 def failed(name: str, err: Exception, split: str, count: int) -> str:
@@ -201,6 +216,7 @@ def test_completions(row: dict) -> list[tuple[str, str]]:
 
 
 FORMAT = "the system prompt's tags "
+UNCHECKED = object()  # awaited's answer for an async reward it cannot run here
 
 
 def prompt_tags(system_prompt: str) -> list[str]:

@@ -58,7 +58,7 @@ def prepare(training_args: GRPOConfig, model_args: ModelConfig, task: Setup, gen
             raise Refusal("--skip_settled_after keeps its record in the one process that trains and scores: "
                           f"{'not under async_grpo.py' if generation_server else f'here are {world}'}; drop it")
         difficulty.skip_settled(task, training_args.skip_settled_after, training_args.seed)
-    preflight.check_caches()
+    preflight.check_caches(model_args.model_name_or_path)
     prepare_output_dir(training_args)
     preflight.check_model_source(model_args.model_name_or_path)
     if getattr(training_args, "use_vllm", False) and training_args.vllm_mode == "colocate":
