@@ -4,6 +4,7 @@
     python offline.py --tools --search   # + warm starts that call the tools (~30 s each) and their configs
     python offline.py --code             # + toy code problems, a tiny model warm-started to write code, its config
     python offline.py --games            # + a tiny model warm-started to play game_grpo.py's game
+    python offline.py --mcp              # + a tiny model warm-started to call the MCP example server's calculator
     python gsm8k_grpo.py --config offline/gsm8k_grpo.yaml
     python offline.py --serve_judge &    # the stand-in judge judge_grpo.yaml names (grpo_recipes/kit_judge.py)
 
@@ -15,6 +16,7 @@ offline/tiny-qwen2/                     a random Qwen2ForCausalLM (~0.17M parame
                                         trained on the kit's text and TRL's bundled Qwen2.5 chat template
 offline/tiny-qwen2-{tools,search}/      the same model after a short SFT on tool-call conversations (--tools, --search)
 offline/tiny-qwen2-games/               with --games: after a short SFT on guess-the-number games played by halving
+offline/tiny-qwen2-mcp/                 with --mcp: after a short SFT on calls to grpo_recipes/mcp_example_server.py
 offline/tiny-qwen2-code*/               with --code: a tiny model with a tokenizer trained on code, and its warm start
 offline/tiny-qwen3*/                    with --thinking, instead: Qwen3's chat template (enable_thinking), warm starts
                                         that think before each turn, and configs with `thinking: true`
@@ -261,18 +263,21 @@ def build_tiny_model(out_dir: str | Path, corpus: list[str], vocab_size: int = 2
     return out_dir
 
 
-def tool_call_conversations(data_dir: str | Path, system_prompt: str, split: str = "train") -> list[dict]:
-    """Toy problems solved with one python tool call each: the last calculator annotation of the solution as code."""
+def tool_call_conversations(data_dir: str | Path, system_prompt: str, split: str = "train",
+                            tool: str = "python") -> list[dict]:
+    """Toy problems solved with one tool call each: the last calculator annotation of the solution, as code for
+    tool_use_grpo's `python`, or as the expression of the MCP example server's `calculate` (mcp_grpo.py)."""
     conversations = []
     for line in (Path(data_dir) / f"{split}.jsonl").read_text().splitlines():
         problem = json.loads(line)
         expression, result = re.findall(r"<<([^=]+)=([^>]+)>>", problem["answer"])[-1]
-        call = {"type": "function", "function": {"name": "python", "arguments": {"code": f"print({expression})"}}}
+        arguments = {"code": f"print({expression})"} if tool == "python" else {"expression": expression}
+        call = {"type": "function", "function": {"name": tool, "arguments": arguments}}
         conversations.append({"messages": [
             {"role": "system", "content": system_prompt},
             {"role": "user", "content": problem["question"]},
             {"role": "assistant", "content": "", "tool_calls": [call]},
-            {"role": "tool", "name": "python", "content": result},
+            {"role": "tool", "name": tool, "content": result},
             {"role": "assistant", "content": f"<answer>{result}</answer>"},
         ]})
     return conversations
@@ -408,6 +413,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--tools", action="store_true", help="also warm-start a model for tool_use_grpo.py")
     parser.add_argument("--search", action="store_true", help="also a search corpus and a model for search_agent_grpo")
     parser.add_argument("--code", action="store_true", help="also toy code problems and a model for code_grpo.py")
+    parser.add_argument("--mcp", action="store_true", help="also a model warm-started to call the MCP example "
+                        "server's calculator, for mcp_grpo.py")
     parser.add_argument("--games", action="store_true", help="also a model warm-started to play game_grpo.py's game")
     parser.add_argument("--thinking", action="store_true", help="a thinking model instead (tiny-qwen3*): Qwen3's chat "
                         "template, warm starts that think before each turn, and configs with thinking: true")
@@ -501,6 +508,8 @@ def main(argv: list[str] | None = None) -> None:
                          "dataset_path": str(search_dir / "questions"), "max_completion_length": 192,
                          "max_tool_calling_iterations": 3, "output_dir": str(out / "runs" / "search_agent_grpo")}
         written += [search_model, write_config(out / "search_agent_grpo.yaml", search_config)]
+    if args.mcp:
+        written += write_mcp_kit(out, config, name, model_dir, think, args)
     if args.code:
         written += write_code_kit(out, config, args)
     if args.recipe:
@@ -526,6 +535,23 @@ def write_fork_config(out: Path, config: dict, args, tools_model: Path) -> Path:
             raise Refusal(f"{args.recipe} calls tools: add --tools, which warm-starts the kit's model to call them")
         fork.update(model_name_or_path=str(tools_model), max_completion_length=96, max_tool_calling_iterations=2)
     return write_config(out / f"{name}.yaml", fork)
+
+
+def write_mcp_kit(out: Path, config: dict, name: str, model_dir: Path, think, args) -> list[Path]:
+    """--mcp: the tiny model warm-started to call the MCP example server's `calculate` (the server listed for real,
+    so the model learns the schema mcp_grpo.py shows it), and mcp_grpo.yaml."""
+    import mcp_grpo
+    from grpo_recipes.contract import environment_tools
+
+    offered = ["calculate"]  # the one tool the toy problems need: shorter prompts, a faster warm start
+    tools = mcp_grpo.setup(mcp_grpo.ScriptArguments(mcp_tools=offered)).environment_factory
+    tools.start()
+    conversations = think(tool_call_conversations(config["dataset_path"], mcp_grpo.SYSTEM_PROMPT, tool="calculate"))
+    model = warm_start(model_dir, out / f"{name}-mcp", conversations, environment_tools(tools()),
+                       steps=args.sft_steps, seed=args.seed)
+    mcp_config = {**config, "model_name_or_path": str(model), "mcp_tools": offered, "max_completion_length": 96,
+                  "max_tool_calling_iterations": 2, "output_dir": str(out / "runs" / "mcp_grpo")}
+    return [model, write_config(out / "mcp_grpo.yaml", mcp_config)]
 
 
 def write_code_kit(out: Path, config: dict, args) -> list[Path]:

@@ -35,7 +35,7 @@ from grpo_recipes.refusal import Refusal
 logger = logging.getLogger("grpo-recipes")
 # every test, tool and notebook uses these
 RECIPES = ("gsm8k_grpo", "tool_use_grpo", "search_agent_grpo", "code_grpo", "judge_grpo", "reasoning_gym_grpo",
-           "game_grpo")
+           "game_grpo", "mcp_grpo")
 REQUIRED = ("ScriptArguments", "RECIPE_DEFAULTS", "SYSTEM_PROMPT", "build_dataset", "setup")
 SCRIPT_FIELDS = ("dataset_path", "num_eval_examples")
 NOT_TOOLS = ("reset", "get_reward")  # an environment's methods TRL calls itself, never as tools

@@ -28,11 +28,14 @@ from grpo_recipes.refusal import Refusal
 ROOT = Path(__file__).resolve().parent.parent  # where the scripts are (a notebook: its own folder)
 # The configs `python offline.py` writes, and the flag that writes each (a hint when one is asked for before).
 KIT_CONFIGS = {"gsm8k_grpo.yaml": "", "sft_warmstart.yaml": "", "tool_use_grpo.yaml": " --tools",
-               "search_agent_grpo.yaml": " --search", "code_grpo.yaml": " --code"}
+               "search_agent_grpo.yaml": " --search", "code_grpo.yaml": " --code", "mcp_grpo.yaml": " --mcp"}
 # Options that name a path; in a config file, relative to the file. A model or a checkpoint may also be a Hub id or
 # `last`: those are taken from the file's folder only when they exist there.
 CONFIG_PATHS = ("dataset_path", "corpus_path", "rollouts", "output_dir", "index_dir")
 CONFIG_PATHS_IF_THERE = ("model_name_or_path", "resume_from_checkpoint")
+# Options that name a command the run starts with the user's rights (mcp_grpo.py's stdio server): a config file may set
+# them only where nobody but the user could have written it (check_command_source).
+COMMAND_OPTIONS = ("mcp_command",)
 
 
 def arg(default, help: str, **metadata):
@@ -74,6 +77,7 @@ class RecipeParser(TrlParser):
             raise Refusal(f"unknown key(s) in {self.config_path}: " + ", ".join(
                 unknown_hint(key, config[key], known, self.recipe) for key in unknown) + " (--help lists the options)")
         self.check_values(config)
+        check_command_source(self.config_path, [key for key in COMMAND_OPTIONS if key in config])
         self.config_keys = set(config)
         return super().set_defaults_with_config(**config)
 
@@ -213,6 +217,20 @@ def check_config_file(path: str) -> None:
                       f"1.0e-5`), not a {type(config).__name__}")
     if not isinstance(config.get("env", {}), dict):
         raise Refusal(f"--config {path}: `env:` must be a mapping of variable: value")
+
+
+def check_command_source(path: str, commands: list[str]) -> None:
+    """One line where a config file that sets a command (COMMAND_OPTIONS) is not the user's alone: owned by another
+    user, or writable by others, so that whoever could write it would choose what runs with the user's rights."""
+    if not commands or not hasattr(os, "getuid"):
+        return
+    status = Path(path).stat()
+    why = (f"is owned by user {status.st_uid}, not you" if status.st_uid != os.getuid()
+           else "can be written by others" if status.st_mode & 0o022 else "")
+    if why:
+        raise Refusal(f"--config {path} sets {', '.join(commands)}, a command this run starts with your rights, but "
+                      f"the file {why}: pass the command on the command line, or make the file yours alone (chmod "
+                      "go-w)")
 
 
 def config_paths(config: dict, folder: Path) -> dict:

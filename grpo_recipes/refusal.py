@@ -18,12 +18,22 @@ class Refusal(Exception):
         self.exit_code = exit_code
 
 
+class StopRun(BaseException):
+    """A Refusal raised inside code that turns every Exception into data: TRL's tool loop answers the model with a
+    tool's exception, so a tool whose service is gone (a sandbox that cannot start, an MCP server that exited) raises
+    this BaseException instead, and the run stops with its line (run_script, as a Refusal's)."""
+
+    def __init__(self, message: str, exit_code: int = 1):
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
 def run_script(main, *args):
-    """A script's entry point: main(*args); a Refusal ends the process with its line (stdout for exit status 0, stderr
-    otherwise) and its exit status."""
+    """A script's entry point: main(*args); a Refusal (or StopRun) ends the process with its line (stdout for exit
+    status 0, stderr otherwise) and its exit status."""
     try:
         return main(*args)
-    except Refusal as refusal:
+    except (Refusal, StopRun) as refusal:
         print(refusal, file=sys.stdout if refusal.exit_code == 0 else sys.stderr, flush=True)
         raise SystemExit(refusal.exit_code) from None
 
@@ -39,7 +49,7 @@ def show_refusals_as_one_line() -> None:
     ipython = sys.modules.get("IPython")
     shell = ipython.get_ipython() if ipython is not None else None
     if shell is not None:
-        shell.set_custom_exc((Refusal,), _one_line)
+        shell.set_custom_exc((Refusal, StopRun), _one_line)
 
 
 show_refusals_as_one_line()  # importing the library in a notebook is enough: every recipe imports this module

@@ -1,0 +1,142 @@
+"""An MCP server to train against: a calculator and a notebook of notes, over stdio (the default) or streamable HTTP.
+
+    python -m grpo_recipes.mcp_example_server                      # stdio: mcp_grpo.py's default --mcp_command
+    python -m grpo_recipes.mcp_example_server --http --port 8765   # http://127.0.0.1:8765/mcp
+
+mcp_grpo.py's default server and the tests' (offline, on a CPU): a real server process speaking MCP through the
+official SDK (`mcp.server.mcpserver.MCPServer`), the shape of a server you bring. `calculate` holds no state; the
+notes do, one notebook per server process: over stdio a process serves one connection, so `--mcp_session rollout`
+(a process per rollout) gives each rollout its own notes; over HTTP every client shares the one notebook (MCP's
+2026-07-28 revision has no sessions: a server that keeps state per client keys it itself). `--faults` adds tools
+that misbehave on purpose, for the tests of the client's handling: one that sleeps, one that fails, one that answers
+at length, one that kills the server, and one whose arguments take every JSON schema shape the client must describe
+to the model.
+"""
+
+import argparse
+import ast
+import operator
+import os
+import time
+from typing import Literal
+
+from pydantic import BaseModel
+
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+
+OPERATORS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
+             ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow, ast.USub: operator.neg,
+             ast.UAdd: operator.pos}
+
+
+def arithmetic(node: ast.AST) -> float:
+    """The value of an expression of numbers, parentheses and + - * / // % ** (nothing else is evaluated)."""
+    if isinstance(node, ast.Expression):
+        return arithmetic(node.body)
+    if isinstance(node, ast.Constant) and type(node.value) in (int, float):
+        return node.value
+    if isinstance(node, ast.UnaryOp) and type(node.op) in OPERATORS:
+        return OPERATORS[type(node.op)](arithmetic(node.operand))
+    if isinstance(node, ast.BinOp) and type(node.op) in OPERATORS:
+        left, right = arithmetic(node.left), arithmetic(node.right)
+        if isinstance(node.op, ast.Pow) and abs(right) > 64:  # 9**9**9 would hold the server for minutes
+            raise ValueError("exponents above 64 are not computed")
+        return OPERATORS[type(node.op)](left, right)
+    raise ValueError(f"only numbers and + - * / // % ** are allowed, not {ast.unparse(node)!r}")
+
+
+class Point(BaseModel):
+    x: float
+    y: float
+
+
+def build_server(faults: bool = False) -> MCPServer:
+    server = MCPServer("grpo-recipes example")
+    notes: dict[str, str] = {}  # the server's state: its one notebook
+
+    @server.tool()
+    def calculate(expression: str) -> str:
+        """Evaluate an arithmetic expression (numbers, parentheses, + - * / // % **) and return its value."""
+        try:
+            value = arithmetic(ast.parse(expression, mode="eval"))
+        except (SyntaxError, ValueError, ZeroDivisionError, OverflowError) as err:
+            raise ToolError(f"cannot calculate {expression!r}: {err}") from None
+        return str(int(value) if isinstance(value, float) and value.is_integer() else value)
+
+    @server.tool()
+    def write_note(title: str, text: str) -> str:
+        """Keep a note under a title, replacing any note of that title. Notes last as long as the server."""
+        notes[title] = text
+        return f"saved {title!r}"
+
+    @server.tool()
+    def read_note(title: str) -> str:
+        """Read the note kept under a title."""
+        if title not in notes:
+            raise ToolError(f"no note titled {title!r}; titles: {sorted(notes)}")
+        return notes[title]
+
+    if faults:
+        add_fault_tools(server)
+    return server
+
+
+def add_fault_tools(server: MCPServer) -> None:
+    """The tools that misbehave on purpose (--faults)."""
+
+    @server.tool()
+    def sleep(seconds: float) -> str:
+        """Wait, then answer (the client's timeout is tested against it)."""
+        time.sleep(seconds)
+        return f"slept {seconds} s"
+
+    @server.tool()
+    def fail(message: str) -> str:
+        """Fail with the message (an error result)."""
+        raise ToolError(message)
+
+    @server.tool()
+    def long_text(characters: int) -> str:
+        """Answer with this many characters."""
+        return "x" * characters
+
+    @server.tool()
+    def crash(status: int = 3) -> str:
+        """End the server process at once, as a crashing server does."""
+        os._exit(status)
+
+    @server.tool()
+    def shapes(word: str, count: int, ratio: float, flag: bool, numbers: list[int], mode: Literal["fast", "slow"],
+               point: Point, maybe: str | None = None, limit: int = 5) -> str:
+        """Take an argument of every JSON schema shape.
+
+        Args:
+            word: A word.
+            count: A whole number.
+            ratio: A number.
+            flag: True or false.
+            numbers: Whole numbers.
+            mode: How fast.
+            point: A point in the plane.
+            maybe: A word, or nothing.
+            limit: At most this many.
+        """
+        return f"{word} {count} {ratio} {flag} {numbers} {mode} {point.x},{point.y} {maybe} {limit}"
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--http", action="store_true", help="serve streamable HTTP instead of stdio")
+    parser.add_argument("--port", type=int, default=8765, help="with --http: the port on 127.0.0.1")
+    parser.add_argument("--faults", action="store_true", help="add the tools that misbehave on purpose (the tests')")
+    args = parser.parse_args(argv)
+    server = build_server(args.faults)
+    if args.http:
+        server.run("streamable-http", host="127.0.0.1", port=args.port)
+    else:
+        server.run()
+
+
+if __name__ == "__main__":
+    main()
