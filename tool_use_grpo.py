@@ -30,7 +30,7 @@ import rewards
 from grpo_recipes import data, options
 from grpo_recipes.contract import Setup, StepHooks
 from grpo_recipes.options import arg
-from grpo_recipes.refusal import Refusal, run_script
+from grpo_recipes.refusal import StopRun, run_script
 from grpo_recipes.sandbox import ENGINES, PRELOAD, SCIENTIFIC, SCIENTIFIC_WARMUP, Sandbox, SandboxUnavailable
 
 # %% [markdown]
@@ -207,7 +207,8 @@ class PythonInterpreter:
         try:
             result, seconds = self.sandbox.timed_run(code)
         except SandboxUnavailable as err:  # a zygote that cannot start again: stop, rather than train on errors
-            raise Refusal(f"{err} (the sandbox stopped working during the run)") from None
+            # StopRun, not Refusal: TRL's loop turns a tool's Exception into the model's tool message and goes on
+            raise StopRun(f"{err} (the sandbox stopped working during the run)") from None
         self.seconds += seconds
         self.budget.used += seconds
         return result

@@ -243,15 +243,14 @@ class McpTools:
         self.__init__(state["server"])
 
     def __call__(self) -> McpToolbox:
-        if self._toolbox is None:
-            self._toolbox = self._toolbox_class(self.list_tools(StopRun))
+        self.start()  # once per process: a spawned one lists the tools again
         return self._toolbox(self)
 
     def start(self) -> None:
         """Connect and list the tools now: a server that does not start, or a tool the model cannot be shown, is one
-        line before training."""
+        line (a Refusal) before training."""
         if self._toolbox is None:
-            self._toolbox = self._toolbox_class(self.list_tools(Refusal))
+            self._toolbox = self._toolbox_class(self.list_tools())
 
     def describe(self) -> str:
         names = [name for name, _ in inspect.getmembers(self._toolbox, inspect.isfunction) if name not in NOT_TOOLS
@@ -275,16 +274,16 @@ class McpTools:
                 self._shared = _Connection(self.server, self._loop)
         return self._shared
 
-    def list_tools(self, error=Refusal) -> list:
+    def list_tools(self) -> list:
         """The server's tools (those of McpServer.tools, when named), listed through a connection of this run."""
         connection = self.shared() if self.server.session == "shared" else self.connect()
         try:
             client = connection.client()
             listed = connection.loop.submit(client.list_tools()).result(self.server.timeout)
         except StopRun as stop:
-            raise error(str(stop)) from None
+            raise Refusal(str(stop)) from None
         except Exception as err:  # noqa: BLE001 - one line naming the server
-            raise error(f"the MCP server {self.server.name()} did not list its tools: {describe(err)}"
+            raise Refusal(f"the MCP server {self.server.name()} did not list its tools: {describe(err)}"
                         f"{connection.last_words()}") from None
         finally:
             if connection is not self._shared:
@@ -292,12 +291,12 @@ class McpTools:
         tools = {tool.name: tool for tool in listed.tools}
         missing = [name for name in self.server.tools if name not in tools]
         if missing:
-            raise error(f"--mcp_tools names {', '.join(missing)}, which the MCP server {self.server.name()} does "
+            raise Refusal(f"--mcp_tools names {', '.join(missing)}, which the MCP server {self.server.name()} does "
                         f"not offer; it offers {', '.join(tools) or 'no tools'}")
         if self.server.tools:
             tools = {name: tools[name] for name in self.server.tools}
         if not tools:
-            raise error(f"the MCP server {self.server.name()} offers no tools")
+            raise Refusal(f"the MCP server {self.server.name()} offers no tools")
         return list(tools.values())
 
     def _toolbox_class(self, tools: list) -> type:

@@ -67,7 +67,7 @@ def kept_kit(name: str, flags: tuple[str, ...]) -> Path | None:
     return Path(folder) / f"{name}-{source.hexdigest()[:16]}"
 
 
-KITS = ("base_kit", "kit", "code_kit", "thinking_kit", "vllm_kit", "game_kit")
+KITS = ("base_kit", "kit", "code_kit", "thinking_kit", "vllm_kit", "game_kit", "mcp_kit")
 
 
 def pytest_collection_modifyitems(items):
@@ -92,6 +92,12 @@ def kit(tmp_path_factory, worker_id) -> Path:
 def game_kit(tmp_path_factory, worker_id) -> Path:
     """`python offline.py --games`: the base kit and a tiny model warm-started on games played by halving."""
     return built_once(tmp_path_factory, worker_id, "offline-games", "--games")
+
+
+@pytest.fixture(scope="session")
+def mcp_kit(tmp_path_factory, worker_id) -> Path:
+    """`python offline.py --mcp`: the base kit and a tiny model warm-started to call the MCP example server."""
+    return built_once(tmp_path_factory, worker_id, "offline-mcp", "--mcp")
 
 
 @pytest.fixture(scope="session")

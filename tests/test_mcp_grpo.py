@@ -1,0 +1,295 @@
+"""mcp_grpo.py and grpo_recipes/mcp_tools.py against real MCP servers: the example server (grpo_recipes/
+mcp_example_server.py) as a process over stdio and over streamable HTTP on 127.0.0.1, started through the official
+SDK. Nothing is mocked: the tools the model is shown are the listed ones, each call reaches the server.
+"""
+
+import json
+import multiprocessing
+import re
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+from transformers.utils import get_json_schema
+
+import mcp_grpo
+from conftest import ROOT, free_port, serve
+from grpo_recipes import options
+from grpo_recipes.contract import environment_tools
+from grpo_recipes.mcp_tools import McpServer, McpTools, ToolCallFailed
+from grpo_recipes.refusal import Refusal, StopRun
+
+EXAMPLE = "python -m grpo_recipes.mcp_example_server"
+
+
+def toolbox(**server) -> dict:
+    """One rollout's tools, as TRL makes them: a toolbox from the factory, reset, its methods by name."""
+    factory = McpTools(McpServer(**{"command": f"{EXAMPLE} --faults", **server}))
+    factory.start()
+    box = factory()
+    box.reset()
+    return {tool.__name__: tool for tool in environment_tools(box)}
+
+
+@pytest.fixture(scope="module")
+def http_server():
+    """The example server over streamable HTTP on a free 127.0.0.1 port, until the module's tests end."""
+    port = free_port()
+    process = subprocess.Popen([sys.executable, "-m", "grpo_recipes.mcp_example_server", "--faults", "--http",
+                                "--port", str(port)], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    for _ in range(200):
+        try:
+            socket.create_connection(("127.0.0.1", port), 0.2).close()
+            break
+        except OSError:
+            assert process.poll() is None, "the example server exited"
+            time.sleep(0.1)
+    yield f"http://127.0.0.1:{port}/mcp", process
+    process.kill()
+    process.wait()
+
+
+def test_each_tool_is_shown_with_the_servers_name_description_and_schema():
+    tools = toolbox()
+    assert set(tools) == {"calculate", "write_note", "read_note", "sleep", "fail", "long_text", "crash", "shapes"}
+    calculate = get_json_schema(tools["calculate"])["function"]
+    assert calculate["description"].startswith("Evaluate an arithmetic expression")
+    assert calculate["parameters"] == {"type": "object", "properties": {"expression": {
+        "type": "string", "description": "Expression"}}, "required": ["expression"]}
+    shapes = get_json_schema(tools["shapes"])["function"]
+    assert shapes["description"] == "Take an argument of every JSON schema shape."  # its Args: are the arguments'
+    shown = shapes["parameters"]["properties"]
+    assert {name: shown[name]["type"] for name in ("word", "count", "ratio", "flag", "numbers", "point")} == {
+        "word": "string", "count": "integer", "ratio": "number", "flag": "boolean", "numbers": "array",
+        "point": "object"}
+    assert shown["numbers"]["items"] == {"type": "integer"} and shown["mode"]["enum"] == ["fast", "slow"]
+    assert shown["word"]["description"] == "A word."  # from the server's own Args: lines
+    assert set(shapes["parameters"]["required"]) == {"word", "count", "ratio", "flag", "numbers", "mode", "point"}
+    # what a type hint cannot carry is written out: the point's fields (a $ref the server declared) and a default
+    written = json.loads(re.search(r"\(JSON schema: (\{.*\})\)", shown["point"]["description"]).group(1))
+    assert written["properties"] == {"x": {"type": "number"}, "y": {"type": "number"}}
+    assert "(default: 5)" in shown["limit"]["description"]
+
+
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+def test_calls_reach_the_server_and_a_shared_session_shares_its_state(transport, http_server):
+    server = {"command": None, "url": http_server[0]} if transport == "http" else {}
+    first, second = toolbox(**server), toolbox(**server)
+    assert first["calculate"](expression="6 * (3 + 4)") == "42"
+    assert first["shapes"](word="a", count=2, ratio=0.5, flag=True, numbers=[1], mode="fast",
+                           point={"x": 1, "y": 2}) == "a 2 0.5 True [1] fast 1.0,2.0 None 5"
+    first["write_note"](title="shared", text="seen by all")
+    if transport == "http":  # one server process: every client shares its notebook
+        assert second["read_note"](title="shared") == "seen by all"
+
+
+def test_a_rollout_session_keeps_its_state_from_every_other_rollout():
+    factory = McpTools(McpServer(command=f"{EXAMPLE} --faults", session="rollout"))
+    factory.start()
+    first, second = factory(), factory()
+    first.reset()
+    second.reset()
+    call = {box: {tool.__name__: tool for tool in environment_tools(box)} for box in (first, second)}
+    call[first]["write_note"](title="mine", text="secret")
+    assert call[first]["read_note"](title="mine") == "secret"
+    with pytest.raises(ToolCallFailed, match="no note titled 'mine'"):
+        call[second]["read_note"](title="mine")  # another rollout, another server process
+    first.reset()  # the next rollout of the same pooled toolbox starts clean
+    with pytest.raises(ToolCallFailed, match="no note titled 'mine'"):
+        call[first]["read_note"](title="mine")
+
+
+def test_errors_timeouts_and_long_results_are_the_tools_answer_and_counted():
+    factory = McpTools(McpServer(command=f"{EXAMPLE} --faults", timeout=1.5, max_result_chars=40))
+    factory.start()
+    tools = {tool.__name__: tool for tool in environment_tools(factory())}
+    with pytest.raises(ToolCallFailed, match="boom"):
+        tools["fail"](message="boom")
+    with pytest.raises(ToolCallFailed, match="cannot calculate '1/0': division by zero"):
+        tools["calculate"](expression="1/0")
+    with pytest.raises(ToolCallFailed, match="expression"):  # arguments the server's schema rejects
+        tools["calculate"](expr="1")
+    started = time.monotonic()
+    with pytest.raises(ToolCallFailed, match="sleep did not answer within 1.5 s"):
+        tools["sleep"](seconds=30)
+    assert time.monotonic() - started < 10
+    assert tools["calculate"](expression="2 + 2") == "4"  # the session goes on after a timeout
+    answer = tools["long_text"](characters=100)
+    assert answer.startswith("x" * 40 + "\n[60 more characters cut") and factory.stats["truncated"] == 1
+    # TRL's loop turns an Exception into the tool message {"error": ...} and counts it as a failure
+    assert issubclass(ToolCallFailed, Exception)
+
+
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+def test_a_server_that_dies_stops_the_run_in_one_line_without_hanging(transport, tmp_path):
+    if transport == "http":
+        port = free_port()
+        process = subprocess.Popen([sys.executable, "-m", "grpo_recipes.mcp_example_server", "--faults", "--http",
+                                    "--port", str(port)], cwd=ROOT, stderr=subprocess.DEVNULL)
+        url = f"http://127.0.0.1:{port}/mcp"
+        for _ in range(200):
+            try:
+                socket.create_connection(("127.0.0.1", port), 0.2).close()
+                break
+            except OSError:
+                time.sleep(0.1)
+        tools = toolbox(command=None, url=url)
+        process.kill()
+        process.wait()
+        call = lambda: tools["calculate"](expression="1")  # noqa: E731
+    else:
+        tools = toolbox()
+        call = lambda: tools["crash"](status=7)  # noqa: E731
+    started = time.monotonic()
+    with pytest.raises(StopRun) as stopped:
+        call()
+    assert time.monotonic() - started < 15
+    assert "stopped answering" in str(stopped.value) and "\n" not in str(stopped.value)
+    assert not isinstance(stopped.value, Exception)  # TRL's `except Exception` around a tool cannot swallow it
+
+
+def test_a_server_that_cannot_start_or_be_reached_is_one_line_before_the_model_loads(base_kit, tmp_path):
+    config = ["--config", str(base_kit / "gsm8k_grpo.yaml"), "--output_dir", str(tmp_path / "run")]
+    broken = f"{sys.executable} -c \"import sys; sys.exit('no licence key for this service')\""
+    result = subprocess.run([sys.executable, "mcp_grpo.py", *config, "--mcp_command", broken], cwd=ROOT,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1, result.stderr[-2000:]
+    line = result.stderr.strip().splitlines()[-1]
+    assert line.startswith("the MCP server `") and "did not start" in line, result.stderr[-2000:]
+    assert "no licence key for this service" in line and "Traceback" not in result.stderr
+    with pytest.raises(Refusal, match=r"could not be reached"):
+        mcp_grpo.main([*config, "--mcp_url", f"http://127.0.0.1:{free_port()}/mcp"])
+    with pytest.raises(Refusal, match=r"--mcp_tools names search, which the MCP server .* offers calculate"):
+        mcp_grpo.main([*config, "--mcp_tools", "search"])
+    assert not (tmp_path / "run").exists()  # refused before the output folder was made
+
+
+def test_a_tool_trl_cannot_offer_is_refused_by_name():
+    from grpo_recipes.mcp_tools import unusable
+
+    assert "TRL keeps the name 'reset'" in unusable("reset", {})
+    assert "'file-path' is not a Python name" in unusable("read", {"properties": {"file-path": {}}})
+    assert "'from' is not a Python name" in unusable("move", {"properties": {"from": {}}})
+    assert unusable("read", {"properties": {"path": {"type": "string"}}}) == ""
+
+
+def test_a_config_file_others_could_write_cannot_name_the_command(tmp_path):
+    config = tmp_path / "mine.yaml"
+    config.write_text("mcp_command: python -m grpo_recipes.mcp_example_server\nmax_steps: 1\n")
+    config.chmod(0o600)
+    script_args, _, _ = options.parse_args(mcp_grpo.ScriptArguments, mcp_grpo.RECIPE_DEFAULTS,
+                                           ["--config", str(config)])
+    assert script_args.mcp_command == "python -m grpo_recipes.mcp_example_server"
+    config.chmod(0o666)
+    with pytest.raises(Refusal, match=r"sets mcp_command, a command this run starts with your rights, but the file "
+                                      r"can be written by others"):
+        options.parse_args(mcp_grpo.ScriptArguments, mcp_grpo.RECIPE_DEFAULTS, ["--config", str(config)])
+
+
+def call_in_spawned_process(factory, queue):
+    box = factory()
+    box.reset()
+    queue.put({tool.__name__: tool for tool in environment_tools(box)}["calculate"](expression="6*7"))
+
+
+def test_the_tools_survive_pickling_into_a_spawned_process():
+    """TRL's async trainer runs the tools in a spawned process: the factory travels as its McpServer and connects
+    again there."""
+    factory = McpTools(McpServer(command=EXAMPLE, session="rollout"))
+    factory.start()
+    context = multiprocessing.get_context("spawn")
+    queue = context.Queue()
+    process = context.Process(target=call_in_spawned_process, args=(factory, queue))
+    process.start()
+    assert queue.get(timeout=120) == "42"
+    process.join(30)
+    assert process.exitcode == 0
+
+
+@pytest.fixture(scope="module")
+def trained(mcp_kit, tmp_path_factory):
+    """Two real GRPO steps of the recipe on the kit, in process, through its own entry point."""
+    out = tmp_path_factory.mktemp("mcp_run")
+    trainer = mcp_grpo.main(["--config", str(mcp_kit / "mcp_grpo.yaml"), "--output_dir", str(out),
+                             "--max_steps", "2", "--save_steps", "2", "--eval_strategy", "no", "--log_completions"])
+    return trainer, out
+
+
+def test_grpo_steps_call_the_servers_tool_and_its_answers_reach_the_rewards(trained):
+    import pandas as pd
+
+    trainer, out = trained
+    steps = [log for log in trainer.state.log_history if "tools/call_frequency" in log]
+    assert len(steps) == 2 and all(log["tools/call_frequency"] > 0 for log in steps)
+    assert all("mcp/truncated" in log for log in steps)
+    frame = pd.concat(pd.read_parquet(f) for f in sorted((out / "completions").glob("*.parquet")))
+    answered = [(row, m) for _, row in frame.iterrows() for m in row["completion"] if m["role"] == "tool"]
+    assert answered, "no tool result reached the logged completions"
+    fresh = toolbox()
+    for row, message in answered[:8]:  # each result is what the server answers to the call the model made
+        call = next(m for m in row["completion"] if m["role"] == "assistant" and m.get("tool_calls") is not None
+                    and len(m["tool_calls"]))["tool_calls"][0]["function"]
+        arguments = json.loads(call["arguments"]) if isinstance(call["arguments"], str) else call["arguments"]
+        try:
+            expected = fresh[call["name"]](**arguments)
+        except ToolCallFailed as err:
+            expected = str({"error": str(err)})
+        assert message["content"] == expected
+
+
+def test_the_servers_answers_are_masked_from_the_loss(trained, mcp_kit):
+    trainer, _ = trained
+    example = mcp_grpo.build_dataset("train", str(mcp_kit / "gsm8k_toy"))[0]
+    batch = trainer._generate_and_score_completions([example] * trainer.args.num_generations)
+    tokenizer, masked = trainer.processing_class, 0
+    for ids, tool_mask, mask in zip(batch["completion_ids"], batch["tool_mask"], batch["completion_mask"], strict=True):
+        ids, tool_mask = ids[mask.bool()], tool_mask[mask.bool()]
+        if tool_mask.min() == 1:
+            continue
+        masked += 1
+        assert "<tool_response>" in tokenizer.decode(ids[tool_mask == 0])
+        assert "<tool_response>" not in tokenizer.decode(ids[tool_mask == 1])
+    assert masked, "no completion in the batch called the tool"
+
+
+def test_mcp_grpo_trains_against_a_server_over_http(mcp_kit, http_server, tmp_path):
+    trainer = mcp_grpo.main(["--config", str(mcp_kit / "mcp_grpo.yaml"), "--output_dir", str(tmp_path / "run"),
+                             "--mcp_url", http_server[0], "--mcp_session", "rollout", "--max_steps", "1",
+                             "--eval_strategy", "no", "--save_strategy", "no"])
+    step = next(log for log in trainer.state.log_history if "tools/call_frequency" in log)
+    assert step["tools/call_frequency"] > 0 and step["tools/failure_frequency"] < 1
+
+
+@pytest.fixture(scope="module")
+def mcp_model_server(mcp_kit):
+    yield from serve(str(mcp_kit / "tiny-qwen2-mcp"))
+
+
+def test_evaluate_plays_an_api_model_against_the_servers_tools(mcp_model_server, mcp_kit, tmp_path, capsys):
+    import evaluate
+
+    base_url, model = mcp_model_server
+    out = tmp_path / "rollouts.jsonl"
+    evaluate.main(["mcp_grpo", "--base_url", base_url, "--model", model, "-n", "4", "--dataset_path",
+                   str(mcp_kit / "gsm8k_toy"), "--mcp_tools", "calculate", "--max_tokens", "48", "--temperature",
+                   "0", "--max_turns", "1", "--out", str(out)])
+    saved = [json.loads(line) for line in out.read_text().splitlines()]
+    assert saved[0]["tools"][0]["function"]["name"] == "calculate"
+    results = [(call, result) for row in saved for call, result in zip(row["completion"], row["completion"][1:],
+                                                                        strict=False) if result["role"] == "tool"]
+    assert results, "the model made no tool call through the OpenAI tools API"
+    fresh = toolbox()
+    for call, result in results:
+        arguments = call["tool_calls"][0]["function"]["arguments"]
+        assert result["content"] == fresh["calculate"](**arguments)
+    assert "tool calls" in capsys.readouterr().out
+
+
+def test_the_example_servers_calculator_evaluates_arithmetic_and_nothing_else():
+    tools = toolbox()
+    assert tools["calculate"](expression="(7 - 2) * 3 / 5") == "3"
+    for hostile in ("__import__('os').system('id')", "open('/etc/passwd').read()", "9 ** 9 ** 9", "[1] * 10"):
+        with pytest.raises(ToolCallFailed):
+            tools["calculate"](expression=hostile)
