@@ -17,7 +17,7 @@ grpo_recipes/mcp_tools.py says how a server's schema becomes the one the model s
 
 Trust: an MCP server's tools run outside the sandbox, with the server's rights (a stdio server runs as you, with your
 files and network). Train only against servers you would let an agent use; a command comes from your command line
-or your own --config file, never from a data file (docs/recipes.md#tools-from-an-mcp-server).
+or your own --config file, never from a data file (docs/recipes.md#mcp_grpopy).
 """
 
 # %% [markdown]

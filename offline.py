@@ -508,8 +508,12 @@ def main(argv: list[str] | None = None) -> None:
                          "dataset_path": str(search_dir / "questions"), "max_completion_length": 192,
                          "max_tool_calling_iterations": 3, "output_dir": str(out / "runs" / "search_agent_grpo")}
         written += [search_model, write_config(out / "search_agent_grpo.yaml", search_config)]
-    if args.mcp:
-        written += write_mcp_kit(out, config, name, model_dir, think, args)
+    # mcp_grpo's model: with --mcp, one warm-started to call the example server's calculator; else with --tools the
+    # interpreter's (its calls to `python` reach the server as a tool it does not offer), else the base model.
+    mcp_model = write_mcp_model(out, config, name, model_dir, think, args) if args.mcp else tools_dir or model_dir
+    written += [*([mcp_model] if args.mcp else []), write_config(out / "mcp_grpo.yaml", {
+        **config, "model_name_or_path": str(mcp_model), "mcp_tools": ["calculate"], "max_completion_length": 96,
+        "max_tool_calling_iterations": 2, "output_dir": str(out / "runs" / "mcp_grpo")})]
     if args.code:
         written += write_code_kit(out, config, args)
     if args.recipe:
@@ -537,21 +541,17 @@ def write_fork_config(out: Path, config: dict, args, tools_model: Path) -> Path:
     return write_config(out / f"{name}.yaml", fork)
 
 
-def write_mcp_kit(out: Path, config: dict, name: str, model_dir: Path, think, args) -> list[Path]:
-    """--mcp: the tiny model warm-started to call the MCP example server's `calculate` (the server listed for real,
-    so the model learns the schema mcp_grpo.py shows it), and mcp_grpo.yaml."""
+def write_mcp_model(out: Path, config: dict, name: str, model_dir: Path, think, args) -> Path:
+    """--mcp: the tiny model warm-started to call the MCP example server's `calculate`, the one tool the toy problems
+    need (the server listed for real, so the model learns the schema mcp_grpo.py shows it)."""
     import mcp_grpo
     from grpo_recipes.contract import environment_tools
 
-    offered = ["calculate"]  # the one tool the toy problems need: shorter prompts, a faster warm start
-    tools = mcp_grpo.setup(mcp_grpo.ScriptArguments(mcp_tools=offered)).environment_factory
+    tools = mcp_grpo.setup(mcp_grpo.ScriptArguments(mcp_tools=["calculate"])).environment_factory
     tools.start()
     conversations = think(tool_call_conversations(config["dataset_path"], mcp_grpo.SYSTEM_PROMPT, tool="calculate"))
-    model = warm_start(model_dir, out / f"{name}-mcp", conversations, environment_tools(tools()),
-                       steps=args.sft_steps, seed=args.seed)
-    mcp_config = {**config, "model_name_or_path": str(model), "mcp_tools": offered, "max_completion_length": 96,
-                  "max_tool_calling_iterations": 2, "output_dir": str(out / "runs" / "mcp_grpo")}
-    return [model, write_config(out / "mcp_grpo.yaml", mcp_config)]
+    return warm_start(model_dir, out / f"{name}-mcp", conversations, environment_tools(tools()), steps=args.sft_steps,
+                      seed=args.seed)
 
 
 def write_code_kit(out: Path, config: dict, args) -> list[Path]:

@@ -28,7 +28,7 @@ from grpo_recipes.refusal import Refusal
 ROOT = Path(__file__).resolve().parent.parent  # where the scripts are (a notebook: its own folder)
 # The configs `python offline.py` writes, and the flag that writes each (a hint when one is asked for before).
 KIT_CONFIGS = {"gsm8k_grpo.yaml": "", "sft_warmstart.yaml": "", "tool_use_grpo.yaml": " --tools",
-               "search_agent_grpo.yaml": " --search", "code_grpo.yaml": " --code", "mcp_grpo.yaml": " --mcp"}
+               "search_agent_grpo.yaml": " --search", "code_grpo.yaml": " --code", "mcp_grpo.yaml": ""}
 # Options that name a path; in a config file, relative to the file. A model or a checkpoint may also be a Hub id or
 # `last`: those are taken from the file's folder only when they exist there.
 CONFIG_PATHS = ("dataset_path", "corpus_path", "rollouts", "output_dir", "index_dir")

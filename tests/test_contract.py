@@ -20,7 +20,8 @@ def test_every_recipe_offers_the_whole_contract_and_its_setup_builds_without_sta
     recipe = contract.load_recipe(name)
     task = contract.checked_setup(recipe, recipe.ScriptArguments())
     assert len(task.reward_funcs) == len(task.reward_weights) > 0
-    assert (task.environment_factory is not None) == (name in ("tool_use_grpo", "search_agent_grpo", "game_grpo"))
+    tool_recipes = ("tool_use_grpo", "search_agent_grpo", "game_grpo", "mcp_grpo")
+    assert (task.environment_factory is not None) == (name in tool_recipes)
     for service in task.services:  # started by training.prepare, not by setup()
         assert getattr(service, "_zygote", None) is None and getattr(service, "retriever", None) is None
     for reward, _, pays_for, gaming in rewards.describe(task.reward_funcs, task.reward_weights):
@@ -85,7 +86,8 @@ OPTIONS = {"gsm8k_grpo": [],
            "code_grpo": ["--seconds_per_test", "1", "--test_workers", "3"],
            "judge_grpo": ["--judge_timeout", "7", "--max_answer_words", "5"],  # + the test's judge server
            "reasoning_gym_grpo": ["--tasks", "chain_sum:3,basic_arithmetic", "--curriculum_window", "5"],
-           "game_grpo": ["--max_number", "4", "--turn_limit", "2", "--max_tool_calling_iterations", "2"]}
+           "game_grpo": ["--max_number", "4", "--turn_limit", "2", "--max_tool_calling_iterations", "2"],
+           "mcp_grpo": ["--mcp_session", "rollout", "--mcp_max_result_chars", "3", "--mcp_tools", "calculate"]}
 # In a fresh interpreter, what TRL's async trainer does with them: unpickle, make an environment, call its tools and
 # score with the rewards; report what it found.
 PROBE = """
@@ -127,6 +129,9 @@ for recipe, (reward_funcs, factory) in pickle.loads(sys.stdin.buffer.read()).ite
         report["scores"] = reward_funcs[0](completions=answers, **{key: [row[key]] * 2 for key in (
             "task", "level", "split", "index")})
         report["weights"], report["window"] = tasks.weights, curriculum.window
+    if recipe == "mcp_grpo":  # the server started again from out there, with the run's session and result length
+        report["calls"] = [environment.calculate(expression="6 * 7"), environment.calculate(expression="10 ** 6")]
+        report["session"] = factory.server.session
     if recipe == "game_grpo":  # the secret of seed 3, guessed at once: a win in one of --max_turns 2
         call = {"type": "function", "function": {"name": "guess", "arguments": {"number": environment.secret}}}
         won = [{"role": "assistant", "content": "", "tool_calls": [call]}, {"role": "tool", "content": "Correct!"}]
@@ -171,6 +176,9 @@ def test_every_recipes_rewards_and_tools_rebuild_in_a_spawned_process_with_the_r
     gym = found["reasoning_gym_grpo"]
     assert gym["scores"] == [1.0, 0.0] and gym["weights"] == {"chain_sum": 3.0, "basic_arithmetic": 1.0}
     assert gym["window"] == 5
+    mcp = found["mcp_grpo"]  # --mcp_tools calculate, --mcp_max_result_chars 3, --mcp_session rollout
+    assert mcp["tools"] == ["calculate"] and mcp["session"] == "rollout"
+    assert mcp["calls"][0] == "42" and mcp["calls"][1].startswith("100\n[4 more characters cut")
     game = found["game_grpo"]  # the game the options chose, replayed by the rewards out there
     assert game["tools"] == ["guess"] and "from 1 to 4. You have 2 guesses" in game["first"]
     assert game["scores"][:2] == [1.0, 1.0]  # won, with one of 2 turns used

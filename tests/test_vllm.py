@@ -197,6 +197,8 @@ RECIPE_FLAGS = {
     # generates its games; evaluate's own --max_turns 4 too: the kit's tool model calls `python`, which the game never
     # takes as a turn, and 10 rounds of those outgrow the server's 1,024-token context (CI passed with 4)
     "game_grpo": lambda kit: ["--max_number", "8", "--turn_limit", "4", "--max_turns", "4"],
+    # the example MCP server's calculator; the kit's tool model calls `python`, which the server answers as unknown
+    "mcp_grpo": lambda kit: ["--dataset_path", str(kit / "gsm8k_toy"), "--mcp_tools", "calculate"],
 }
 
 
