@@ -53,6 +53,24 @@ def built_once(tmp_path_factory, worker_id: str, name: str, *flags: str) -> Path
     return out
 
 
+def shared_once(tmp_path_factory, worker_id: str, name: str, compute):
+    """compute()'s result (pickled), computed once per test session: under `-n 2` the first worker to ask computes it
+    and the other reads it, where a module fixture would run once per worker (pytest-xdist 3.8's `loadgroup`, which
+    would keep a module on one worker, is a no-op under pytest 9.2: it renames a node attribute pytest 9 no longer
+    reads)."""
+    import pickle
+
+    from filelock import FileLock
+
+    session = tmp_path_factory.getbasetemp()
+    shared = session if worker_id == "master" else session.parent
+    saved = shared / f"{name}.pickle"
+    with FileLock(str(shared / f"{name}.lock")):
+        if not saved.exists():
+            saved.write_bytes(pickle.dumps(compute()))
+        return pickle.loads(saved.read_bytes())
+
+
 def kept_kit(name: str, flags: tuple[str, ...]) -> Path | None:
     """Where GRPO_RECIPES_TEST_KITS keeps this kit, named for the flags and for the source that builds it (a kit
     built by other code is never reused); None without the variable. The kits are data: a tier that copies one still

@@ -21,6 +21,7 @@ from grpo_recipes.contract import environment_tools
 from grpo_recipes.mcp_tools import McpServer, McpTools, ToolCallFailed
 from grpo_recipes.refusal import Refusal, StopRun
 
+
 EXAMPLE = "python -m grpo_recipes.mcp_example_server"
 
 
@@ -210,14 +211,14 @@ def test_the_tools_survive_pickling_into_a_spawned_process():
 
 @pytest.fixture(scope="module")
 def trained(mcp_kit, tmp_path_factory):
-    """Two real GRPO steps of the recipe on the kit, in process, through its own entry point."""
+    """Two real GRPO steps of the recipe on the kit (over stdio, the default), in process, through its entry point."""
     out = tmp_path_factory.mktemp("mcp_run")
     trainer = mcp_grpo.main(["--config", str(mcp_kit / "mcp_grpo.yaml"), "--output_dir", str(out),
                              "--max_steps", "2", "--save_steps", "2", "--eval_strategy", "no", "--log_completions"])
     return trainer, out
 
 
-def test_grpo_steps_call_the_servers_tool_and_its_answers_reach_the_rewards(trained):
+def test_grpo_steps_call_the_servers_tool_its_answers_reach_the_rewards_and_are_masked(trained, mcp_kit):
     import pandas as pd
 
     trainer, out = trained
@@ -237,10 +238,7 @@ def test_grpo_steps_call_the_servers_tool_and_its_answers_reach_the_rewards(trai
         except ToolCallFailed as err:
             expected = str({"error": str(err)})
         assert message["content"] == expected
-
-
-def test_the_servers_answers_are_masked_from_the_loss(trained, mcp_kit):
-    trainer, _ = trained
+    # the server's answers are masked out of the loss: the model is trained on its calls, never on the results
     example = mcp_grpo.build_dataset("train", str(mcp_kit / "gsm8k_toy"))[0]
     batch = trainer._generate_and_score_completions([example] * trainer.args.num_generations)
     tokenizer, masked = trainer.processing_class, 0

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, free_port
+from conftest import ROOT, free_port, shared_once
 from grpo_recipes.refusal import Refusal, run_script
 
 ONLINE = {"HF_HUB_OFFLINE": None, "HF_DATASETS_OFFLINE": None}  # as a user who never set them
@@ -369,16 +369,20 @@ IN_A_SUBPROCESS = {"rerun into checkpoints", "no network", "no network for the d
 
 
 @pytest.fixture(scope="module")
-def outcomes(kit, tmp_path_factory):
-    folder = tmp_path_factory.mktemp("mistakes")
-    table = cases(kit, folder)
-    with ThreadPoolExecutor(2) as pool:  # each is mostly the import of torch and TRL
-        futures = {name: pool.submit(run, script, argv, env, kit) for name, (script, argv, env, _) in table.items()
-                   if name in IN_A_SUBPROCESS}
-        results = {name: run_here(script, argv, kit) for name, (script, argv, env, _) in table.items()
-                   if name not in IN_A_SUBPROCESS}
-        results.update({name: future.result() for name, future in futures.items()})
-    return {name: (result, table[name][3]) for name, result in results.items()}, folder
+def outcomes(kit, tmp_path_factory, worker_id):
+    """Every case's outcome, run once a session (conftest.shared_once): half a minute of subprocesses."""
+    def run_all():
+        folder = tmp_path_factory.mktemp("mistakes")
+        table = cases(kit, folder)
+        with ThreadPoolExecutor(2) as pool:  # each is mostly the import of torch and TRL
+            futures = {name: pool.submit(run, script, argv, env, kit) for name, (script, argv, env, _) in table.items()
+                       if name in IN_A_SUBPROCESS}
+            results = {name: run_here(script, argv, kit) for name, (script, argv, env, _) in table.items()
+                       if name not in IN_A_SUBPROCESS}
+            results.update({name: future.result() for name, future in futures.items()})
+        return {name: (result, table[name][3]) for name, result in results.items()}, folder
+
+    return shared_once(tmp_path_factory, worker_id, "mistakes-outcomes", run_all)
 
 
 CASES = ["rerun into checkpoints", "unwritable output dir", "no network", "no network for the dataset",
