@@ -223,6 +223,8 @@ def run_training(trainer, training_args=None) -> None:
         raise Refusal(f"\ninterrupted at step {step}; resume from the newest checkpoint with: {resume_command()}",
                       exit_code=130) from None  # 130: the shell's code for Ctrl-C
     except Exception as err:
+        if (line := stopped_elsewhere(err)) is not None:  # async_grpo.py: a tool's service gone in the rollout process
+            raise Refusal(line) from None
         output = Path(training_args.output_dir)
         if not disk_full(err, output):
             raise
@@ -230,6 +232,14 @@ def run_training(trainer, training_args=None) -> None:
         fix = f"free some space, then resume with: {resume_command()}" if note else "free some space and run again"
         raise Refusal(f"no space left on the device of {output} at step {trainer.state.global_step}, "
                       f"while saving{note.replace(', and the', '; the')}: {fix}") from None
+
+
+def stopped_elsewhere(err: Exception) -> str | None:
+    """The line of a StopRun or Refusal raised in TRL's async rollout process (an MCP server gone, a sandbox that cannot
+    start), or None: TRL 1.16 re-raises it here as a RuntimeError caused by one whose text is `<type>: <line>` and the
+    child's traceback."""
+    name, _, rest = str(err.__cause__ or "").partition(": ")
+    return rest.split("\n", 1)[0] if name in ("StopRun", "Refusal") and rest else None
 
 
 def resume_command() -> str:

@@ -291,3 +291,21 @@ def test_the_example_servers_calculator_evaluates_arithmetic_and_nothing_else():
     for hostile in ("__import__('os').system('id')", "open('/etc/passwd').read()", "9 ** 9 ** 9", "[1] * 10"):
         with pytest.raises(ToolCallFailed):
             tools["calculate"](expression=hostile)
+
+
+def test_a_server_gone_in_the_async_rollout_process_is_its_one_line_in_the_trainer():
+    """TRL 1.16's async trainer sends a rollout process's exception to the trainer as (type name, text, traceback) and
+    raises RuntimeError from RuntimeError(f"{type}: {text}\\n{traceback}") (AsyncRolloutWorker.check_health)."""
+    from grpo_recipes.training import stopped_elsewhere
+
+    line = "the MCP server `x` stopped answering during a call to crash (Connection closed)"
+    def from_child(type_name: str) -> RuntimeError:
+        try:
+            raise RuntimeError("Rollout worker child has failed; see chained exception.") from RuntimeError(
+                f"{type_name}: {line}\nTraceback (most recent call last):\n  ...")
+        except RuntimeError as err:
+            return err
+
+    assert stopped_elsewhere(from_child("StopRun")) == line
+    assert stopped_elsewhere(from_child("ValueError")) is None  # a real bug keeps its traceback
+    assert stopped_elsewhere(RuntimeError("no cause")) is None
