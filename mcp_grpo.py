@@ -33,6 +33,7 @@ from datasets import Dataset
 
 import rewards
 from grpo_recipes import data, options
+from grpo_recipes import mcp_example_server  # the default server: a notebook carries it beside the recipe
 from grpo_recipes.contract import Setup
 from grpo_recipes.mcp_tools import SESSIONS, McpCallLog, McpServer, McpTools
 from grpo_recipes.options import arg
@@ -69,8 +70,9 @@ RECIPE_DEFAULTS = {
 
 @dataclass
 class ScriptArguments:
-    mcp_command: str = arg("python -m grpo_recipes.mcp_example_server", "The command that starts a stdio MCP server "
-                           "(`python` is this run's interpreter). From the command line or your own --config only.")
+    mcp_command: str = arg(f"python -m {mcp_example_server.__name__}", "The command that starts a stdio MCP server, "
+                           "run from this folder (`python` is this run's interpreter). From the command line or your "
+                           "own --config only.")
     mcp_url: str | None = arg(None, "A streamable-HTTP MCP server's URL (http://127.0.0.1:8000/mcp); replaces "
                                     "--mcp_command.")
     mcp_session: str = arg("shared", "shared: one connection for every rollout (a server without state); rollout: a "

@@ -106,7 +106,7 @@ class _Connection:
         # the server's stderr, read back for the line that says why it ended; closed with this connection's object
         self.stderr = tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace") if server.command else None  # noqa: SIM115
         self.ready: concurrent.futures.Future = concurrent.futures.Future()
-        self.closing: asyncio.Event | None = None
+        self.closing = asyncio.Event()  # made here, so that a close() before the task runs is not missed
         self.held = loop.submit(self._hold())
 
     def _transport(self):
@@ -121,7 +121,6 @@ class _Connection:
     async def _hold(self) -> None:
         from mcp import Client
 
-        self.closing = asyncio.Event()
         try:
             async with Client(self._transport()) as client:
                 self.ready.set_result(client)
@@ -179,8 +178,7 @@ class _Connection:
 
     def close(self) -> None:
         """End the session (a stdio server's process exits with it), without waiting on a server that hangs."""
-        if self.closing is not None:
-            self.loop.loop.call_soon_threadsafe(self.closing.set)
+        self.loop.loop.call_soon_threadsafe(self.closing.set)
         try:
             self.held.result(10)
         except Exception:  # noqa: BLE001 - a server that does not close is left to exit with this process

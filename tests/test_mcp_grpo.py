@@ -209,6 +209,14 @@ def test_the_tools_survive_pickling_into_a_spawned_process():
     assert process.exitcode == 0
 
 
+def test_the_recipe_trains_a_step_with_the_servers_tools_offered(base_kit, tmp_path):
+    """On the base kit (its untrained model seldom calls a tool): TRL takes the toolbox the server's listing made, and
+    the run goes through its entry point with the server started (the learning tier's tests make the calls)."""
+    trainer = mcp_grpo.main(["--config", str(base_kit / "mcp_grpo.yaml"), "--output_dir", str(tmp_path / "run"),
+                             "--max_steps", "1", "--eval_strategy", "no", "--save_strategy", "no"])
+    assert [tool.__name__ for tool in trainer.tools] == ["calculate"] and trainer.state.global_step == 1
+
+
 @pytest.fixture(scope="module")
 def trained(mcp_kit, tmp_path_factory):
     """Two real GRPO steps of the recipe on the kit (over stdio, the default), in process, through its entry point."""
@@ -218,6 +226,7 @@ def trained(mcp_kit, tmp_path_factory):
     return trainer, out
 
 
+@pytest.mark.slow  # needs the `offline.py --mcp` kit, a warm start of its own (37 s): with the learning checks
 def test_grpo_steps_call_the_servers_tool_its_answers_reach_the_rewards_and_are_masked(trained, mcp_kit):
     import pandas as pd
 
@@ -252,6 +261,7 @@ def test_grpo_steps_call_the_servers_tool_its_answers_reach_the_rewards_and_are_
     assert masked, "no completion in the batch called the tool"
 
 
+@pytest.mark.slow  # needs the `offline.py --mcp` kit, a warm start of its own (37 s): with the learning checks
 def test_mcp_grpo_trains_against_a_server_over_http(mcp_kit, http_server, tmp_path):
     trainer = mcp_grpo.main(["--config", str(mcp_kit / "mcp_grpo.yaml"), "--output_dir", str(tmp_path / "run"),
                              "--mcp_url", http_server[0], "--mcp_session", "rollout", "--max_steps", "1",
@@ -265,6 +275,7 @@ def mcp_model_server(mcp_kit):
     yield from serve(str(mcp_kit / "tiny-qwen2-mcp"))
 
 
+@pytest.mark.slow  # needs the `offline.py --mcp` kit, a warm start of its own (37 s): with the learning checks
 def test_evaluate_plays_an_api_model_against_the_servers_tools(mcp_model_server, mcp_kit, tmp_path, capsys):
     import evaluate
 
