@@ -4,7 +4,6 @@ SDK. Nothing is mocked: the tools the model is shown are the listed ones, each c
 """
 
 import json
-import multiprocessing
 import re
 import socket
 import subprocess
@@ -19,7 +18,7 @@ from conftest import ROOT, free_port, serve
 from grpo_recipes import options
 from grpo_recipes.contract import environment_tools
 from grpo_recipes.mcp_tools import McpServer, McpTools, ToolCallFailed
-from grpo_recipes.refusal import Refusal, StopRun
+from grpo_recipes.refusal import Refusal, StopRun, run_script
 
 
 EXAMPLE = "python -m grpo_recipes.mcp_example_server"
@@ -151,15 +150,15 @@ def test_a_server_that_dies_stops_the_run_in_one_line_without_hanging(transport,
     assert not isinstance(stopped.value, Exception)  # TRL's `except Exception` around a tool cannot swallow it
 
 
-def test_a_server_that_cannot_start_or_be_reached_is_one_line_before_the_model_loads(base_kit, tmp_path):
+def test_a_server_that_cannot_start_or_be_reached_is_one_line_before_the_model_loads(base_kit, tmp_path, capsys):
     config = ["--config", str(base_kit / "gsm8k_grpo.yaml"), "--output_dir", str(tmp_path / "run")]
     broken = f"{sys.executable} -c \"import sys; sys.exit('no licence key for this service')\""
-    result = subprocess.run([sys.executable, "mcp_grpo.py", *config, "--mcp_command", broken], cwd=ROOT,
-                            capture_output=True, text=True, timeout=120)
-    assert result.returncode == 1, result.stderr[-2000:]
-    line = result.stderr.strip().splitlines()[-1]
-    assert line.startswith("the MCP server `") and "did not start" in line, result.stderr[-2000:]
-    assert "no licence key for this service" in line and "Traceback" not in result.stderr
+    with pytest.raises(SystemExit) as exited:  # the script's entry point: its line on stderr, exit status 1
+        run_script(mcp_grpo.main, [*config, "--mcp_command", broken])
+    stderr = capsys.readouterr().err
+    assert exited.value.code == 1 and stderr.count("\n") == 1, stderr[-2000:]
+    assert stderr.startswith("the MCP server `") and "did not start" in stderr
+    assert "no licence key for this service" in stderr
     with pytest.raises(Refusal, match=r"could not be reached"):
         mcp_grpo.main([*config, "--mcp_url", f"http://127.0.0.1:{free_port()}/mcp"])
     with pytest.raises(Refusal, match=r"--mcp_tools names search, which the MCP server .* offers calculate"):
@@ -187,26 +186,6 @@ def test_a_config_file_others_could_write_cannot_name_the_command(tmp_path):
     with pytest.raises(Refusal, match=r"sets mcp_command, a command this run starts with your rights, but the file "
                                       r"can be written by others"):
         options.parse_args(mcp_grpo.ScriptArguments, mcp_grpo.RECIPE_DEFAULTS, ["--config", str(config)])
-
-
-def call_in_spawned_process(factory, queue):
-    box = factory()
-    box.reset()
-    queue.put({tool.__name__: tool for tool in environment_tools(box)}["calculate"](expression="6*7"))
-
-
-def test_the_tools_survive_pickling_into_a_spawned_process():
-    """TRL's async trainer runs the tools in a spawned process: the factory travels as its McpServer and connects
-    again there."""
-    factory = McpTools(McpServer(command=EXAMPLE, session="rollout"))
-    factory.start()
-    context = multiprocessing.get_context("spawn")
-    queue = context.Queue()
-    process = context.Process(target=call_in_spawned_process, args=(factory, queue))
-    process.start()
-    assert queue.get(timeout=120) == "42"
-    process.join(30)
-    assert process.exitcode == 0
 
 
 def test_the_recipe_trains_a_step_with_the_servers_tools_offered(base_kit, tmp_path):
