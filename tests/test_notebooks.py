@@ -12,40 +12,63 @@ import pytest
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 
-from conftest import ROOT
+from conftest import ROOT, shared_once
 from grpo_recipes import contract, kit_judge, logs, sandbox
 
 sys.path.insert(0, str(ROOT / "notebooks"))
 import build  # noqa: E402  (notebooks/build.py)
 
-# What importing each script loads of ours, read in a fresh interpreter: what its notebook must carry, with the files
-# its modules need without importing them (the sandbox's zygote imports its own).
+# What importing each script loads of ours, with the files its modules need without importing them (the sandbox's
+# zygote imports its own): what its notebook must carry. One interpreter reads every script in turn, each from none
+# of ours loaded (third-party modules stay: they never import ours), which is what a fresh interpreter per script
+# reads, in one torch import rather than ten.
 LOADED = """
 import json, sys
 sys.path.insert(0, sys.argv[1])
 import ast, importlib
-for name in sys.argv[2:]:
-    importlib.import_module(name)
-import grpo_recipes.notebook  # the notebook's own cells import it
 root = sys.argv[1].rstrip("/") + "/"
-done = set()
 def ours(module):  # a script beside the recipes, or a module of the package (not the .venv's)
     file = getattr(module, "__file__", None) or ""
     return file.startswith(root) and "/" not in file.removeprefix(root).removeprefix("grpo_recipes/")
-while todo := [m for m in list(sys.modules.values()) if ours(m) and m.__name__ not in done]:
-    # and what our modules' functions import when they run (a recipe's main() imports the trainer's modules)
-    for module in todo:
-        done.add(module.__name__)
-        for node in ast.walk(ast.parse(open(module.__file__).read())):
-            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("grpo_recipes") and not node.level:
-                importlib.import_module(node.module)
-                if node.module == "grpo_recipes":
-                    for alias in node.names:
-                        importlib.import_module(f"grpo_recipes.{alias.name}")
-files = [m.__file__[len(root):] for m in list(sys.modules.values())
-         if (getattr(m, "__file__", None) or "").startswith(root)]
-print(json.dumps(sorted(f for f in files if "/" not in f or f.startswith("grpo_recipes/"))))
+loaded = {}
+for group in sys.argv[2:]:
+    for name in [name for name, module in sys.modules.items() if ours(module)]:
+        del sys.modules[name]  # each script read as a fresh interpreter would: from nothing of ours
+    for name in group.split(","):
+        importlib.import_module(name)
+    import grpo_recipes.notebook  # the notebook's own cells import it
+    done = set()
+    while todo := [m for m in list(sys.modules.values()) if ours(m) and m.__name__ not in done]:
+        # and what our modules' functions import when they run (a recipe's main() imports the trainer's modules)
+        for module in todo:
+            done.add(module.__name__)
+            for node in ast.walk(ast.parse(open(module.__file__).read())):
+                if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("grpo_recipes") \\
+                        and not node.level:
+                    importlib.import_module(node.module)
+                    if node.module == "grpo_recipes":
+                        for alias in node.names:
+                            importlib.import_module(f"grpo_recipes.{alias.name}")
+    files = [m.__file__[len(root):] for m in list(sys.modules.values())
+             if (getattr(m, "__file__", None) or "").startswith(root)]
+    loaded[group.split(",")[0]] = sorted(f for f in files if "/" not in f or f.startswith("grpo_recipes/"))
+print(json.dumps(loaded))
 """
+
+
+@pytest.fixture(scope="session")
+def loaded_files(tmp_path_factory, worker_id) -> dict[str, list[str]]:
+    """Each notebook's script: the files of ours that importing it loads (sft_warmstart imports the recipe --recipe
+    names when it runs: its notebook carries them all)."""
+    def read():
+        groups = [",".join([recipe, *(contract.RECIPES if recipe == "sft_warmstart" else [])])
+                  for recipe in build.RECIPES]
+        proc = subprocess.run([sys.executable, "-c", LOADED, str(ROOT), *groups], capture_output=True, text=True,
+                              timeout=600, check=False)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        return json.loads(proc.stdout.strip().splitlines()[-1])
+
+    return shared_once(tmp_path_factory, worker_id, "notebook-imports", read)
 
 
 def written_files(notebook) -> list[str]:
@@ -67,14 +90,9 @@ def test_each_committed_notebook_is_exactly_what_its_script_generates(recipe):
 
 
 @pytest.mark.parametrize("recipe", build.RECIPES)
-def test_each_notebook_carries_the_current_source_of_every_module_it_imports_and_no_other(recipe):
+def test_each_notebook_carries_the_current_source_of_every_module_it_imports_and_no_other(recipe, loaded_files):
     notebook = build.build(recipe)
-    # sft_warmstart imports the recipe --recipe names when it runs: its notebook carries them all
-    imported = [recipe, *(contract.RECIPES if recipe == "sft_warmstart" else [])]
-    proc = subprocess.run([sys.executable, "-c", LOADED, str(ROOT), *imported], capture_output=True, text=True,
-                          timeout=300, check=False)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    loaded = set(json.loads(proc.stdout.strip().splitlines()[-1])) - {f"{recipe}.py"}
+    loaded = set(loaded_files[recipe]) - {f"{recipe}.py"}
     sandboxed = {f"grpo_recipes/{name}" for name in sandbox.SANDBOX_FILES} if "grpo_recipes/sandbox.py" in loaded \
         else set()
     assert set(written_files(notebook)) == loaded | sandboxed
