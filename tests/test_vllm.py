@@ -43,9 +43,9 @@ SYNCED_MEAN_LOGP_DIFFERENCE = 0.02
 
 @pytest.fixture(scope="session")
 def vllm_kit(tmp_path_factory, worker_id):
-    """`python offline.py --vllm --tools --search --code`: the kit with models whose attention heads vLLM's CPU build
-    takes."""
-    return built_once(tmp_path_factory, worker_id, "vllm-kit", "--vllm", "--tools", "--search", "--code")
+    """`python offline.py --vllm --tools --search --code --mcp`: the kit with models whose attention heads vLLM's CPU
+    build takes."""
+    return built_once(tmp_path_factory, worker_id, "vllm-kit", "--vllm", "--tools", "--search", "--code", "--mcp")
 
 
 def train(recipe: str, kit, out, *flags: str, sync: bool = True) -> tuple[list[dict], str]:
@@ -372,19 +372,22 @@ def test_async_grpo_names_what_the_server_lacks(vllm_kit, tmp_path):
                             "--logprobs-mode processed_logprobs"), last
 
 
-@pytest.mark.parametrize(("recipe", "model", "tool"), [("search_agent_grpo", "tiny-qwen2-search", "search"),
-                                                    ("tool_use_grpo", "tiny-qwen2-tools", "python")])
+@pytest.mark.parametrize(("recipe", "model", "tool", "flags"), [
+    ("search_agent_grpo", "tiny-qwen2-search", "search", ()), ("tool_use_grpo", "tiny-qwen2-tools", "python", ()),
+    # the example server's calculator, a server process per rollout, each started in the spawned rollout process
+    ("mcp_grpo", "tiny-qwen2-mcp", "calculate", ("--mcp_session", "rollout"))])
 def test_async_grpo_trains_a_tool_recipe_with_its_tools_readied_in_the_rollout_process(vllm_kit, tmp_path, recipe,
-                                                                                      model, tool):
+                                                                                      model, tool, flags):
     """A tool recipe through the async trainer: TRL's multi-turn loop (in the spawned rollout process) parses the kit's
     model's calls and runs the recipe's tools there, readied with the run's flags (without RecipeTools readying them,
-    every search fails: the child has no index), and the recipe's rubric scores the conversations. The step figures
-    async_grpo.py adds reach the checkpoint's trainer_state.json."""
+    every search fails: the child has no index; mcp_grpo's servers are started there), and the recipe's rubric
+    scores the conversations. The step figures async_grpo.py adds reach the checkpoint's trainer_state.json."""
     model = str(vllm_kit / model)
     with vllm_serve(model, "--enable-lora", "--max-lora-rank", "16", "--max-loras", "2", name=model,
                     env=ASYNC_ENV) as base_url:
         proc = async_grpo(vllm_kit, base_url, tmp_path / "run", "--max_staleness", "0", "--max_steps", "2",
-                          "--save_steps", "2", recipe=recipe, config=f"{recipe}.yaml")
+                          "--save_steps", "2", "--model_name_or_path", model, *flags, recipe=recipe,
+                          config=f"{recipe}.yaml")
     assert proc.returncode == 0, proc.stderr[-4000:]
     history = json.loads((tmp_path / "run" / "checkpoint-2" / "trainer_state.json").read_text())["log_history"]
     steps = [log for log in history if "reward" in log]
