@@ -79,6 +79,8 @@ class ScriptArguments:
                                      "new one per rollout (over stdio a server process each), so rollouts never share "
                                      "state.", choices=SESSIONS)
     mcp_tools: list[str] | None = arg(None, "Offer only these of the server's tools (default: all).")
+    mcp_env: list[str] | None = arg(None, "Names of this run's environment variables the --mcp_command server gets "
+                                          "(an API key: --mcp_env GITHUB_TOKEN); else only PATH, HOME and a few.")
     mcp_timeout: float = arg(30.0, "Seconds a call may take; past it the model is told the tool did not answer.")
     mcp_max_result_chars: int = arg(4000, "Characters of a result the model is shown; the rest is cut, and says so.")
     dataset_name: str = arg("openai/gsm8k", "Questions with their answers: openai/gsm8k.")
@@ -126,7 +128,8 @@ def mcp_server(script_args: ScriptArguments) -> McpServer:
     """The server the flags name, and how its tools are called."""
     return McpServer(command=None if script_args.mcp_url else script_args.mcp_command, url=script_args.mcp_url,
                      session=script_args.mcp_session, timeout=script_args.mcp_timeout,
-                     max_result_chars=script_args.mcp_max_result_chars, tools=tuple(script_args.mcp_tools or ()))
+                     max_result_chars=script_args.mcp_max_result_chars, tools=tuple(script_args.mcp_tools or ()),
+                     env=tuple(script_args.mcp_env or ()))
 
 
 # %% [markdown]

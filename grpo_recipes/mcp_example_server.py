@@ -8,9 +8,9 @@ official SDK (`mcp.server.mcpserver.MCPServer`), the shape of a server you bring
 notes do, one notebook per server process: over stdio a process serves one connection, so `--mcp_session rollout`
 (a process per rollout) gives each rollout its own notes; over HTTP every client shares the one notebook (MCP's
 2026-07-28 revision has no sessions: a server that keeps state per client keys it itself). `--faults` adds tools
-that misbehave on purpose, for the tests of the client's handling: one that sleeps, one that fails, one that answers
-at length, one that kills the server, and one whose arguments take every JSON schema shape the client must describe
-to the model.
+for the tests of the client's handling, most misbehaving on purpose: one that sleeps, one that fails, one that answers
+at length, one that kills the server, one whose arguments take every JSON schema shape the client must describe to
+the model, and one that reads the server's environment.
 """
 
 import argparse
@@ -83,7 +83,7 @@ def build_server(faults: bool = False) -> MCPServer:
 
 
 def add_fault_tools(server: MCPServer) -> None:
-    """The tools that misbehave on purpose (--faults)."""
+    """The tests' tools (--faults)."""
 
     @server.tool()
     def sleep(seconds: float) -> str:
@@ -105,6 +105,11 @@ def add_fault_tools(server: MCPServer) -> None:
     def crash(status: int = 3) -> str:
         """End the server process at once, as a crashing server does."""
         os._exit(status)
+
+    @server.tool()
+    def environment(name: str) -> str:
+        """The value of one of the server's environment variables, or 'unset' (what --mcp_env passed)."""
+        return os.environ.get(name, "unset")
 
     @server.tool()
     def shapes(word: str, count: int, ratio: float, flag: bool, numbers: list[int], mode: Literal["fast", "slow"],
@@ -129,7 +134,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--http", action="store_true", help="serve streamable HTTP instead of stdio")
     parser.add_argument("--port", type=int, default=8765, help="with --http: the port on 127.0.0.1")
-    parser.add_argument("--faults", action="store_true", help="add the tools that misbehave on purpose (the tests')")
+    parser.add_argument("--faults", action="store_true", help="add the tests' tools, most misbehaving on purpose")
     args = parser.parse_args(argv)
     server = build_server(args.faults)
     if args.http:

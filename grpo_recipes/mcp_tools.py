@@ -28,6 +28,7 @@ import concurrent.futures
 import inspect
 import json
 import keyword
+import os
 import shlex
 import sys
 import tempfile
@@ -53,7 +54,8 @@ class ToolCallFailed(Exception):
 class McpServer:
     """Where the tools are and how they are called: a stdio `command` (started by the client) or a streamable-HTTP
     `url`; the sessions; seconds a call may take; characters of a result the model is shown; the tools offered (all
-    when empty)."""
+    when empty); the names of this run's environment variables a stdio server is given besides the SDK's few (PATH,
+    HOME, ...): their values are read where the server starts, never pickled."""
 
     command: str | None = None
     url: str | None = None
@@ -61,6 +63,7 @@ class McpServer:
     timeout: float = 30.0
     max_result_chars: int = 4000
     tools: tuple[str, ...] = ()
+    env: tuple[str, ...] = ()
 
     def __post_init__(self):
         if (self.command is None) == (self.url is None):
@@ -73,6 +76,12 @@ class McpServer:
             raise Refusal("--mcp_command is empty: the command that starts a stdio MCP server")
         if self.timeout <= 0 or self.max_result_chars < 1:
             raise Refusal("--mcp_timeout and --mcp_max_result_chars: above 0")
+        if self.env and self.url is not None:
+            raise Refusal("--mcp_env gives variables to a server this run starts (--mcp_command); the server at "
+                          "--mcp_url has its own environment")
+        if unset := [name for name in self.env if name not in os.environ]:
+            raise Refusal(f"--mcp_env names {', '.join(unset)}, which this run's environment does not set: export "
+                          "it, or leave it out")
 
     def argv(self) -> list[str]:
         """The command as a list; `python` is this interpreter, so the server finds the packages of this run."""
@@ -116,7 +125,8 @@ class _Connection:
         if self.server.url is not None:
             return self.server.url
         argv = self.server.argv()
-        return stdio_client(StdioServerParameters(command=argv[0], args=argv[1:]), errlog=self.stderr)
+        env = {name: os.environ[name] for name in self.server.env if name in os.environ}  # the SDK adds its few
+        return stdio_client(StdioServerParameters(command=argv[0], args=argv[1:], env=env), errlog=self.stderr)
 
     async def _hold(self) -> None:
         from mcp import Client

@@ -53,7 +53,8 @@ def http_server():
 
 def test_each_tool_is_shown_with_the_servers_name_description_and_schema():
     tools = toolbox()
-    assert set(tools) == {"calculate", "write_note", "read_note", "sleep", "fail", "long_text", "crash", "shapes"}
+    assert set(tools) == {"calculate", "write_note", "read_note", "sleep", "fail", "long_text", "crash", "shapes",
+                          "environment"}
     calculate = get_json_schema(tools["calculate"])["function"]
     assert calculate["description"].startswith("Evaluate an arithmetic expression")
     assert calculate["parameters"] == {"type": "object", "properties": {"expression": {
@@ -99,6 +100,24 @@ def test_a_rollout_session_keeps_its_state_from_every_other_rollout():
     first.reset()  # the next rollout of the same pooled toolbox starts clean
     with pytest.raises(ToolCallFailed, match="no note titled 'mine'"):
         call[first]["read_note"](title="mine")
+
+
+def test_a_stdio_server_gets_the_variables_mcp_env_names_read_where_it_starts(monkeypatch, http_server):
+    """The SDK gives a stdio server only PATH, HOME and a few: an API key reaches it when --mcp_env names it; its value
+    is read where the server starts (a spawned rollout process inherits it), never pickled with the options."""
+    import pickle
+
+    monkeypatch.setenv("MCP_TEST_TOKEN", "s3cret")
+    monkeypatch.setenv("MCP_TEST_OTHER", "not for the server")
+    tools = toolbox(env=("MCP_TEST_TOKEN",))
+    assert tools["environment"](name="MCP_TEST_TOKEN") == "s3cret"
+    assert tools["environment"](name="MCP_TEST_OTHER") == "unset"
+    assert toolbox()["environment"](name="MCP_TEST_TOKEN") == "unset"  # not named: not given
+    assert b"s3cret" not in pickle.dumps(McpTools(McpServer(command=EXAMPLE, env=("MCP_TEST_TOKEN",))))
+    with pytest.raises(Refusal, match="--mcp_env names MCP_TEST_UNSET, which this run's environment does not set"):
+        McpServer(command=EXAMPLE, env=("MCP_TEST_UNSET",))
+    with pytest.raises(Refusal, match="the server at --mcp_url has its own environment"):
+        McpServer(url=http_server[0], env=("MCP_TEST_TOKEN",))
 
 
 def test_errors_timeouts_and_long_results_are_the_tools_answer_and_counted():
