@@ -102,7 +102,7 @@ def test_a_rollout_session_keeps_its_state_from_every_other_rollout():
         call[first]["read_note"](title="mine")
 
 
-def test_a_stdio_server_gets_the_variables_mcp_env_names_read_where_it_starts(monkeypatch, http_server):
+def test_a_stdio_server_gets_the_variables_mcp_env_names_read_where_it_starts(monkeypatch):
     """The SDK gives a stdio server only PATH, HOME and a few: an API key reaches it when --mcp_env names it; its value
     is read where the server starts (a spawned rollout process inherits it), never pickled with the options."""
     import pickle
@@ -117,7 +117,7 @@ def test_a_stdio_server_gets_the_variables_mcp_env_names_read_where_it_starts(mo
     with pytest.raises(Refusal, match="--mcp_env names MCP_TEST_UNSET, which this run's environment does not set"):
         McpServer(command=EXAMPLE, env=("MCP_TEST_UNSET",))
     with pytest.raises(Refusal, match="the server at --mcp_url has its own environment"):
-        McpServer(url=http_server[0], env=("MCP_TEST_TOKEN",))
+        McpServer(url="http://127.0.0.1:8000/mcp", env=("MCP_TEST_TOKEN",))  # refused before any connection
 
 
 def test_errors_timeouts_and_long_results_are_the_tools_answer_and_counted():

@@ -21,7 +21,7 @@ import build  # noqa: E402  (notebooks/build.py)
 # What importing each script loads of ours, with the files its modules need without importing them (the sandbox's
 # zygote imports its own): what its notebook must carry. One interpreter reads every script in turn, each from none
 # of ours loaded (third-party modules stay: they never import ours), which is what a fresh interpreter per script
-# reads, in one torch import rather than ten.
+# reads, in one torch import rather than nine.
 LOADED = """
 import json, sys
 sys.path.insert(0, sys.argv[1])
