@@ -11,9 +11,11 @@ reasoning-gym (PyPI) generates about 100 kinds of verifiable task offline (arith
 ciphers, logic puzzles, ...), each with difficulty levels and its own scorer. Training prompts are generated as the run
 reads them, at the curriculum's current level; held-out prompts come from other seeds and never appear in training.
 Correctness is the task's scorer, paid only in full: the partial credit some scorers give wrong answers (0.05 for a
-wrong countdown expression, 0.01 for an empty one) earns nothing. Tasks whose scorer rejects their own gold answer, or
-pays wrong ones, are refused in one line (grpo_recipes/gym_tasks.py's REFUSED says why for each; and each run
-checks its tasks' golds before the model loads).
+wrong countdown expression, 0.01 for an empty one) earns nothing. A scorer is code this project did not write, and
+some run the answer as Python: each answer is scored in a confined child of the sandbox, under a time limit, and
+expression answers must first fit their task's grammar (grpo_recipes/gym_scorer.py). Tasks whose scorer rejects their
+own gold answer, or pays wrong ones, are refused in one line (grpo_recipes/gym_tasks.py's REFUSED says why for each;
+and each run checks its tasks' golds before the model loads).
 """
 
 # %% [markdown]
@@ -32,9 +34,11 @@ from datasets import Dataset
 import rewards
 from grpo_recipes import data, options
 from grpo_recipes.contract import Setup, StepHooks
+from grpo_recipes.gym_scorer import GymScorer
 from grpo_recipes.gym_tasks import TaskSet, render
 from grpo_recipes.options import arg
 from grpo_recipes.refusal import Refusal, run_script
+from grpo_recipes.sandbox import ENGINES
 
 # %% [markdown]
 # ## Config
@@ -79,6 +83,11 @@ class ScriptArguments:
                                          "a file or a folder of split files; default: generated. No curriculum.")
     num_eval_examples: int = arg(64 if ON_COLAB else 200, "Held-out prompts at --level, scored with the same "
                                                           "rewards at each evaluation.")
+    scorer_timeout: float = arg(2.0, "Seconds a task's scorer may spend on one answer; past it the answer scores 0.")
+    scorer_sandbox: str = arg("bubblewrap", "The scorers' sandbox engine: bubblewrap (namespaces), or landlock where "
+                                            "user namespaces cannot be had (weaker: docs/sandbox.md).", choices=ENGINES)
+    unsafe_scorer_sandbox: bool = arg(False, "Score where this machine cannot confine the scorers (a child process "
+                                             "with resource limits only).")
 
 
 # %% [markdown]
@@ -169,11 +178,13 @@ def build_dataset(split: str = "train", dataset_path: str | None = None, tasks: 
 # %%
 class TaskScorer:
     """1.0 when the task's own scorer gives full marks to the answer in the last `<answer>` block (reasoning-gym's
-    extraction), else 0.0.
+    extraction), else 0.0; scored in the sandbox, each answer in a child of its own (grpo_recipes/gym_scorer.py).
 
     Gaming it: partial credit is where scorers leak (a wrong countdown expression earns 0.05, any number 0.01), so only
-    full marks pay; tasks whose scorer pays a wrong answer in full (a prefix of the gold, any expression equal to 24)
-    are refused, and every task offered is tested with guesses, hedges ("x or gold") and other items' golds.
+    full marks pay; an answer that is code (`exec(...)`), makes the scorer do the task (`expand(<the question>)`),
+    names nan or inf, hangs the scorer (`9**9**9`), or carries the gold with junk before or after it earns 0; tasks
+    whose scorer pays a wrong answer in full (a prefix of the gold, any expression equal to 24) are refused; every task
+    offered is tested with each of these, guesses and other items' golds, at its easiest and hardest level.
     """
 
     __name__ = "correctness_reward"
@@ -191,7 +202,11 @@ class TaskScorer:
                 self.curriculum.record(task, correct)
             return float(correct)
 
-        return rewards.score_each(score, completions, task, level, split, index)
+        timed_out = self.tasks.scorer.stats["timed_out"]
+        scores = rewards.score_each(score, completions, task, level, split, index)
+        if kwargs.get("log_metric") is not None:  # answers whose scoring ran out of time: each scored 0
+            kwargs["log_metric"]("reasoning_gym/scorer_timeouts", self.tasks.scorer.stats["timed_out"] - timed_out)
+        return scores
 
 
 def check_golds(tasks: TaskSet, level: int, n: int = 8) -> None:
@@ -207,7 +222,9 @@ def check_golds(tasks: TaskSet, level: int, n: int = 8) -> None:
 
 def setup(script_args: ScriptArguments) -> Setup:
     """The run's tasks (their golds checked), its curriculum, and the rubric that scores against both."""
-    tasks = TaskSet(script_args.tasks, script_args.task_seed, SYSTEM_PROMPT)
+    scorer = GymScorer(timeout=script_args.scorer_timeout, engine=script_args.scorer_sandbox,
+                       unsafe_without_isolation=script_args.unsafe_scorer_sandbox)
+    tasks = TaskSet(script_args.tasks, script_args.task_seed, SYSTEM_PROMPT, scorer)
     for name in tasks.weights:
         top = tasks.top_level(name)
         if not 0 <= script_args.level <= top:
@@ -218,7 +235,7 @@ def setup(script_args: ScriptArguments) -> Setup:
     funcs, weights = rewards.combine({TaskScorer(tasks, curriculum): 1.0, rewards.answer_format_reward: 0.2})
     prompts = partial(build_dataset, tasks=tasks, levels=curriculum.levels, train_size=script_args.train_size,
                       test_size=script_args.num_eval_examples)  # the run's tasks, for evaluate.py and async_grpo.py
-    return Setup(funcs, weights, callbacks=[curriculum], build_dataset=prompts)
+    return Setup(funcs, weights, callbacks=[curriculum], build_dataset=prompts, services=[scorer])
 
 
 def datasets(script_args: ScriptArguments, task: Setup, training_args) -> tuple[Dataset, Dataset | None]:

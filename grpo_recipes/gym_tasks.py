@@ -6,6 +6,7 @@ refuses, each for a reason measured on reasoning-gym 0.1.25; and the levels each
 import random
 import zlib
 
+from grpo_recipes.gym_scorer import GymScorer
 from grpo_recipes.refusal import Refusal
 
 # Tasks that cannot teach through reasoning_gym_grpo.py, each for the reason measured on reasoning-gym 0.1.25 (every
@@ -32,10 +33,11 @@ class TaskSet:
     """The run's tasks and weights: generates their items and scores answers with each task's own scorer. Pickles
     without its caches (TRL's async trainer spawns a process)."""
 
-    def __init__(self, tasks: str, data_seed: int, system_prompt: str):
+    def __init__(self, tasks: str, data_seed: int, system_prompt: str, scorer: GymScorer | None = None):
         from reasoning_gym.factory import CURRICULA
 
         self.data_seed, self.system_prompt, self.weights = data_seed, system_prompt, {}
+        self.scorer = scorer or GymScorer()  # the tasks' scorers, behind the sandbox
         for part in filter(None, (p.strip() for p in tasks.split(","))):
             name, _, weight = part.partition(":")
             if name not in CURRICULA or name in REFUSED:
@@ -91,9 +93,7 @@ class TaskSet:
 
             curriculum = create_curriculum(task)
             curriculum.set_global_level(level)  # each attribute capped at its own last level
-            # item i is seeded by seed + i, and numpy's seeds stop at 2**32: train's seeds lie below 2**30 (a base
-            # below 2**29, indices below 2**29), held-out's 2**31 above them
-            seed = zlib.crc32(f"{self.data_seed}/{task}/{level}".encode()) % 2**29 + SPLIT_SEEDS[split]
+            seed = self.seed(task, level, split)
             try:
                 self._datasets[key] = DATASETS[task][0](curriculum.generate_configuration({"seed": seed,
                                                                                           "size": 10_000}))
@@ -101,6 +101,11 @@ class TaskSet:
                 raise Refusal(f"--tasks {task}: reasoning-gym cannot generate it at level {level} ({err}); try a "
                               "lower --level") from None
         return self._datasets[key]
+
+    def seed(self, task: str, level: int, split: str) -> int:
+        """The seed of the task's dataset at `level` for `split`: item i is seeded by seed + i, and numpy's seeds stop
+        at 2**32: train's seeds lie below 2**30 (a base below 2**29, indices below 2**29), held-out's 2**31 above."""
+        return zlib.crc32(f"{self.data_seed}/{task}/{level}".encode()) % 2**29 + SPLIT_SEEDS[split]
 
     def pick(self, index: int) -> str:
         """The task of prompt `index`, drawn by weight (the same draw for the same index, in every process)."""
@@ -139,9 +144,10 @@ class TaskSet:
         return self._items[key]
 
     def score(self, answer: str | None, task: str, level: int, split: str, index: int) -> float:
-        """The task's own score of `answer` for the row's item, 0-1 (some pay partial credit)."""
-        return float(self.dataset(task, level, split).score_answer(answer=answer,
-                                                                  entry=self.item(task, level, split, index)))
+        """The task's own score of `answer` for the row's item, 0-1 (some pay partial credit), scored in a confined
+        child (gym_scorer.py); 0.0 for an answer the rubric refuses or that runs out of time."""
+        return self.scorer.score(self.dataset(task, level, split), self.item(task, level, split, index), answer,
+                                 task, (task, level, self.seed(task, level, split)))
 
 
 def offered_tasks() -> list[str]:

@@ -42,6 +42,28 @@ def same(guess: str, gold: str) -> bool:
         return unit.isalpha() and guess.split(" ")[0] == number and unit.startswith(guess.partition(" ")[2])
 
 
+# Answers that would pay 1.0 wherever a scorer ran them as Python: they make float() answer 1.0, or patch the scorer.
+FORGERIES = ['exec("import builtins; builtins.float = lambda *a: 1.0")',
+             "__import__('builtins').__setattr__('float', lambda *a: 1.0)",
+             "[__import__('sys').modules['builtins'].__dict__.update(float=lambda *a: 1.0)]"]
+# Numbers that are not finite, or not computable in a step's time; and the gold where a scorer parses an expression.
+NOT_NUMBERS = ["nan", "NaN", "inf", "-inf", "Infinity", "1e999", "oo", "zoo", "9**9**9", "x**(9**9**9)",
+               "(((9**64)**64)**64)**64", "9" * 400]
+
+
+def hostile(gold: str, row: dict) -> list[str]:
+    """The attack classes of issue 66 for an item: code, non-finite and huge numbers, calls that make the scorer do
+    the task (on the gold and on the question's own expression), and the gold with junk after or before it."""
+    metadata = row.get("metadata") or {}
+    question = metadata.get("polynomial_expr") or metadata.get("integrand") or gold
+    variable = metadata.get("variable") or "x"
+    work = [f"expand({question})", f"simplify({gold})", f"integrate({question}, {variable})", f"S({gold!r})",
+            f"sympify({gold!r})", f"eval({gold!r})", f"(lambda: {gold})()", f"__import__('sympy').expand({gold})"]
+    junk = [f"{gold}, extra words", f"{gold} or 0", f"{gold}\n{gold}", f"{gold} junk", f"{gold};0",
+            f"0 {gold}", f"junk or {gold}"]
+    return [*FORGERIES, *NOT_NUMBERS, *work, *junk]
+
+
 def hedges(gold: str, wrong: str) -> list[str]:
     """Wrong answers that carry the gold after them (a scorer that searches the answer for its gold pays these), and
     the first half of the gold."""
@@ -78,7 +100,8 @@ def wrong_answers_earn_nothing(task: str, level: int, items: int = 4) -> None:
         # guesses and the hedges are wrong everywhere
         others = [] if task in MANY_RIGHT_ANSWERS else [o["answer"] for o in rows if not same(o["answer"], gold)][:2]
         hedged = [] if task in MANY_RIGHT_ANSWERS else hedges(gold, (others or ["0"])[0])
-        wrong = [w for w in [*GUESSES, row["prompt"][1]["content"], *others, *hedged] if not same(w, gold)]
+        attacks = hostile(gold, tasks.item(task, level, "train", row["index"]))
+        wrong = [w for w in [*GUESSES, row["prompt"][1]["content"], *others, *hedged, *attacks] if not same(w, gold)]
         scores = correctness(completions=[answered(gold), *map(answered, wrong)], **{
             key: [row[key]] * (1 + len(wrong)) for key in ("task", "level", "split", "index")})
         assert scores[0] == 1.0, f"{task} level {level}: its gold {gold!r} earns {scores[0]}"
@@ -91,7 +114,7 @@ def wrong_answers_earn_nothing(task: str, level: int, items: int = 4) -> None:
 MANY_RIGHT_ANSWERS = ("n_queens", "sokoban")
 
 
-@pytest.mark.slow  # a minute in all; reasoning-gym's versions are not the other tiers' business
+@pytest.mark.slow  # minutes in all (a sandboxed child per answer); reasoning-gym is not the other tiers' business
 @pytest.mark.parametrize("task", gym_tasks.offered_tasks())
 def test_every_offered_task_pays_its_gold_answer_in_full_and_wrong_answers_nothing_at_its_easiest(task):
     with within(60, f"{task} at level 0"):
@@ -107,11 +130,12 @@ def test_every_offered_task_pays_its_gold_answer_in_full_and_wrong_answers_nothi
 
 
 def test_partial_credit_earns_nothing():
-    """countdown's own scorer pays a wrong expression 0.05 and an empty answer 0.01; the recipe pays neither."""
+    """countdown's own scorer pays a wrong expression 0.05 (and an empty answer 0.01, which the rubric refuses before
+    the scorer sees it); the recipe pays neither."""
     tasks, _, correctness = scorer_for("countdown")
     row = tasks.row("countdown", 0, "train", 0)
     address = {key: row[key] for key in ("task", "level", "split", "index")}
-    assert tasks.score("1+1", **address) > 0 and tasks.score("", **address) > 0  # what the recipe must not pay
+    assert tasks.score("1+1", **address) > 0  # what the recipe must not pay
     assert correctness([answered("1+1"), answered("")], **{k: [v] * 2 for k, v in address.items()}) == [0.0, 0.0]
 
 
@@ -264,3 +288,113 @@ def test_the_readme_rubric_table_is_the_recipe_rubric():
 
     task = recipe.setup(recipe.ScriptArguments(tasks="chain_sum"))
     assert rewards.rubric_table(task.reward_funcs, task.reward_weights) in (ROOT / "README.md").read_text()
+
+
+# Issue 66's measured failures, one test each: through the recipe's own rubric, in the default tier.
+ATTACKED = "countdown,polynomial_multiplication,simple_integration,intermediate_integration,complex_arithmetic," \
+           "n_queens,spiral_matrix,binary_matrix,string_insertion,word_sorting,letter_jumble,time_intervals," \
+           "fraction_simplification,advanced_geometry"
+
+
+@pytest.fixture(scope="module")
+def attacked():
+    """The recipe's rubric over the tasks the audit attacked, at level 0, one sandbox for them all."""
+    task = recipe.setup(recipe.ScriptArguments(tasks=ATTACKED))
+    tasks = task.callbacks[0].tasks
+
+    def score(name: str, answers: list[str], level: int = 0, item: int = 0) -> list[float]:
+        row = tasks.row(name, level, "train", item)
+        return task.reward_funcs[0](completions=[answered(a) for a in answers], **{
+            key: [row[key]] * len(answers) for key in ("task", "level", "split", "index")})
+
+    score.tasks = tasks
+    yield score
+    tasks.scorer.close()
+
+
+@pytest.mark.parametrize("name", ["countdown", "polynomial_multiplication", "simple_integration",
+                                  "intermediate_integration", "n_queens", "spiral_matrix", "binary_matrix",
+                                  "string_insertion"])
+def test_an_answer_that_is_code_runs_nowhere_near_the_trainer_and_earns_nothing(attacked, name, tmp_path):
+    """Eight scorers eval the answer: a file write from the answer never happens on the host, and forging float()
+    pays nothing."""
+    marker = tmp_path / "written"
+    code = [f"exec(\"open('{marker}','w').write('x')\")", f"__import__('pathlib').Path('{marker}').write_text('x')",
+            *FORGERIES]
+    assert attacked(name, code) == [0.0] * len(code)
+    assert not marker.exists()
+
+
+def test_one_answer_cannot_rewrite_the_scorer_for_the_answers_after_it(attacked):
+    tasks = attacked.tasks
+    wrong = [tasks.row("countdown", 0, "train", i) for i in range(5)]
+    patch = ["exec(\"import reasoning_gym.games.countdown as m; m.CountdownDataset.score_answer = "
+             "lambda *a, **k: 1.0\")", "exec(\"import sympy; sympy.simplify = lambda *a, **k: 0\")"]
+    assert attacked("countdown", patch) == [0.0, 0.0]
+    assert [attacked("countdown", ["0"], item=i)[0] for i in range(5)] == [0.0] * 5
+    assert all(attacked("countdown", [row["answer"]], item=i) == [1.0] for i, row in enumerate(wrong))
+    integral = tasks.row("simple_integration", 0, "train", 0)
+    assert attacked("simple_integration", ["0", integral["answer"]]) == [0.0, 1.0]  # sympy.simplify is sympy's own
+
+
+@pytest.mark.parametrize("level", [0, "top"])
+def test_a_constant_that_is_not_a_number_earns_nothing(attacked, level):
+    """complex_arithmetic's scorer computes min(1.0, exp(-distance)), and min(1.0, nan) is 1.0."""
+    level = attacked.tasks.max_level("complex_arithmetic") if level == "top" else level
+    for item in range(4):
+        assert attacked("complex_arithmetic", ["nan", "NaN", "inf", "nan + nani", "1e999"], level, item) == [0.0] * 5
+
+
+def test_the_scorer_does_not_do_the_task_for_an_answer(attacked):
+    tasks = attacked.tasks
+    for name in ("polynomial_multiplication", "simple_integration", "intermediate_integration"):
+        for item in range(5):
+            metadata = tasks.item(name, 0, "train", tasks.row(name, 0, "train", item)["index"])["metadata"]
+            variable = metadata.get("variable", "x")
+            integral = f"integrate({metadata.get('integrand')}, {variable})"
+            answers = [f"expand({metadata['polynomial_expr']})"] if "polynomial_expr" in metadata else \
+                [integral, f"{integral} + C"]
+            assert attacked(name, answers, item=item) == [0.0] * len(answers), (name, answers)
+
+
+def test_an_answer_that_would_hang_the_scorer_costs_its_time_limit_and_leaves_the_others_scores(attacked):
+    import time
+
+    tasks = attacked.tasks
+    for name, bomb in [("countdown", "9**9**9"), ("polynomial_multiplication", "9**9**9"),
+                       ("simple_integration", "x**(9**9**9)"),
+                       ("intermediate_integration", "sin(cos(tan(exp(sin(cos(tan(exp(x))))))))**77 + C")]:
+        gold = tasks.row(name, 0, "train", 0)["answer"]
+        start = time.monotonic()
+        assert attacked(name, [gold, bomb, gold, "0", gold]) == [1.0, 0.0, 1.0, 0.0, 1.0], name
+        assert time.monotonic() - start < 2 * 2.0 + 3, f"{name}: {bomb} held the batch"  # --scorer_timeout 2
+
+
+@pytest.mark.parametrize("name", ["word_sorting", "letter_jumble", "time_intervals", "fraction_simplification",
+                                  "advanced_geometry"])
+def test_the_gold_with_junk_after_or_before_it_earns_nothing(attacked, name):
+    for item in range(3):
+        gold = attacked.tasks.row(name, 0, "train", item)["answer"]
+        junk = [f"{gold}, more words", f"{gold} or ...", f"{gold} junk", f"{gold}\n0", f"junk {gold}"]
+        assert attacked(name, [gold, *junk], item=item) == [1.0] + [0.0] * len(junk), (name, gold)
+
+
+def test_no_model_text_is_run_as_code_in_the_trainer_while_the_rubric_scores(attacked):
+    """An audit hook in this (the trainer's) process sees every string compiled to run (eval, exec, compile: ast.parse,
+    which reads the grammar's answers, compiles to a tree under the name '<unknown>') and every code object run: none
+    comes from an answer."""
+    ran = []
+    marker = "grpo_marker_7f3e"
+
+    def watch(event, args):
+        if event == "compile" and marker in str(args[0]) and args[1] != "<unknown>":
+            ran.append(("compiled", str(args[0])))
+        if event == "exec" and marker in " ".join(map(str, (*args[0].co_names, *args[0].co_consts))):
+            ran.append(("ran", args[0]))
+
+    sys.addaudithook(watch)
+    for name in ATTACKED.split(","):
+        attacked(name, [f"{marker} + 1", f"[{marker}]", f"exec('{marker} = 1')"])
+    assert ran == []
+    eval(compile(f"{marker} = 1", "<string>", "exec"), {})  # what the hook sees where code does run
+    assert [what for what, _ in ran] == ["compiled", "ran"]
