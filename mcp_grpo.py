@@ -75,9 +75,10 @@ class ScriptArguments:
                            "own --config only.")
     mcp_url: str | None = arg(None, "A streamable-HTTP MCP server's URL (http://127.0.0.1:8000/mcp); replaces "
                                     "--mcp_command.")
-    mcp_session: str = arg("shared", "shared: one connection for every rollout (a server without state); rollout: a "
-                                     "new one per rollout (over stdio a server process each), so rollouts never share "
-                                     "state.", choices=SESSIONS)
+    mcp_session: str = arg("auto", "auto: shared where every offered tool is read-only (its readOnlyHint), else "
+                                    "rollout; shared: one connection for every rollout (a server without state); "
+                                    "rollout: a new one per rollout (over stdio a server process each), so rollouts "
+                                    "never share state.", choices=SESSIONS)
     mcp_tools: list[str] | None = arg(None, "Offer only these of the server's tools (default: all).")
     mcp_env: list[str] | None = arg(None, "Names of this run's environment variables the --mcp_command server gets "
                                           "(an API key: --mcp_env GITHUB_TOKEN); else only PATH, HOME and a few.")

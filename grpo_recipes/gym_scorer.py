@@ -17,9 +17,9 @@ several pay the gold followed by anything. So each answer is scored:
   beyond 10**1000), so `expand(<the question>)`, `integrate(...)` or `9**9**9` is refused unread;
 - as a rubric: an answer that names a non-finite number (nan, inf, oo, 1e999) or a numeral of over MAX_NUMERAL
   digits the gold does not is 0; and an answer paid in full is cut where each word, comma or line begins: where a
-  part of it is paid in full too, what was cut off must be what the gold itself has there ("1 days" is paid where
-  the scorer reads "1": the gold says "days" after it), or the answer earns 0 (the gold followed by junk, junk then
-  the gold, a hedge).
+  part of it is paid in full too (the scorer reads less than the whole answer), the answer is paid only if its words
+  are the gold's ("1 days" where the scorer reads "1"), so the gold followed by junk, junk then the gold, or a hedge
+  earns 0.
 """
 
 import base64
@@ -49,6 +49,7 @@ GRAMMARS = {
 NON_FINITE = re.compile(r"(?i)(?<![a-z])(nan|inf|infinity|oo|zoo)(?![a-z])")
 NUMERAL = re.compile(r"\d[\d_]*(?:\.\d*)?(?:[eE][+-]?\d+)?")
 CUTS = re.compile(r"[\s,;|]+")  # where an answer's parts begin: a word, a list item, a line
+EDGE_CUTS = 32  # a long answer is cut near each end (and where the gold would end), not at every word
 
 # Imported once in the sandbox's zygote, so each child has reasoning-gym for free (importing it takes a second). One of
 # its tasks imports matplotlib, which wants a cache directory, and nothing is writable there before a call: it is
@@ -88,7 +89,8 @@ if not request["compiles"]:
     trusted = set(strings(entry)) - {answer}  # the generator's own text (a problem, the gold) may run as code
     def no_code(event, args):
         # source text compiled to run is refused unless trusted; imports compile files, ast.parse "<unknown>"
-        if event == "compile" and args[0] not in trusted and not (
+        source = args[0].decode("utf-8", "replace") if event == "compile" and isinstance(args[0], bytes) else args[0]
+        if event == "compile" and source not in trusted and not (
                 isinstance(args[1], str) and (args[1] == "<unknown>" or args[1].endswith(".py"))):
             raise RuntimeError("this answer's scorer may not compile source text")
     def literal(source, *args, run=builtins.eval):  # eval of anything but the generator's text reads literals only
@@ -147,20 +149,21 @@ class GymScorer:
             with self._lock:
                 self.stats["refused"] += answer is not None
             return 0.0
-        cuts = [] if task in GRAMMARS else list(CUTS.finditer(answer))  # one expression: no parts to look at
-        parts = [(cut.start(), len(answer), "after") for cut in cuts if cut.start() > 0] + \
-                [(0, cut.end(), "before") for cut in cuts if cut.end() < len(answer)]  # (start, end) of what is cut
+        cuts = [] if task in GRAMMARS or words(answer) == words(gold) else list(CUTS.finditer(answer))
+        if len(cuts) > 2 * EDGE_CUTS:  # the cuts near each end, and where the gold's length in words ends or begins
+            length = len(words(gold))
+            cuts = cuts[:EDGE_CUTS] + cuts[-EDGE_CUTS:] + [cuts[i] for i in (length - 1, -length) if -len(cuts) <= i
+                                                           < len(cuts)]
+        parts = [(cut.start(), len(answer)) for cut in cuts if cut.start() > 0] + \
+                [(0, cut.end()) for cut in cuts if cut.end() < len(answer)]  # (start, end) of what is cut
         request = {"dataset": self._dataset(dataset, address), "address": list(address),
                    "entry": base64.b64encode(pickle.dumps(entry)).decode(), "answer": answer,
-                   "cuts": [part[:2] for part in parts], "compiles": task in GRAMMARS}
+                   "cuts": parts, "compiles": task in GRAMMARS}
         scores = self._ask(json.dumps(request))
         if not scores:
             return 0.0
-        gold = words(str(entry["answer"]))
-        for (start, end, side), paid in zip(parts, scores[1:], strict=False):  # parts paid in full, and what is cut
-            kept = words(answer[start:end])
-            if paid >= 1.0 and (gold[len(gold) - len(kept):] if side == "after" else gold[:len(kept)]) != kept:
-                return 0.0  # the answer carries words the gold does not: junk, or a hedge
+        if any(paid >= 1.0 for paid in scores[1:]) and words(answer) != words(gold):
+            return 0.0  # a part is paid in full, and the rest is not the gold's own words: junk, or a hedge
         return min(max(scores[0], 0.0), 1.0)
 
     def _dataset(self, dataset, address: tuple) -> str | None:

@@ -4,46 +4,30 @@
     python -m grpo_recipes.mcp_example_server --http --port 8765   # http://127.0.0.1:8765/mcp
 
 mcp_grpo.py's default server and the tests' (offline, on a CPU): a real server process speaking MCP through the
-official SDK (`mcp.server.mcpserver.MCPServer`), the shape of a server you bring. `calculate` holds no state; the
-notes do, one notebook per server process: over stdio a process serves one connection, so `--mcp_session rollout`
-(a process per rollout) gives each rollout its own notes; over HTTP every client shares the one notebook (MCP's
-2026-07-28 revision has no sessions: a server that keeps state per client keys it itself). `--faults` adds tools
+official SDK (`mcp.server.mcpserver.MCPServer`), the shape of a server you bring. `calculate` holds no state, and its
+arithmetic is bounded (grpo_recipes/arithmetic.py: no step beyond 10**1000, so no call can hold the server); the notes
+do hold state, one notebook per server process, and the tools say so in their annotations (`readOnlyHint`), which is
+how mcp_grpo.py's default `--mcp_session auto` knows to give each rollout a server of its own over stdio (a process
+serves one connection there). Over HTTP every client shares the one notebook: MCP's 2026-07-28 revision has no
+sessions, and a server that keeps state per client keys it itself. `--faults` adds tools
 for the tests of the client's handling, most misbehaving on purpose: one that sleeps, one that fails, one that answers
 at length, one that kills the server, one whose arguments take every JSON schema shape the client must describe to
 the model, and one that reads the server's environment.
 """
 
 import argparse
-import ast
-import operator
 import os
 import time
 from typing import Literal
 
 from pydantic import BaseModel
 
+from grpo_recipes import arithmetic
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp_types import ToolAnnotations
 
-OPERATORS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
-             ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow, ast.USub: operator.neg,
-             ast.UAdd: operator.pos}
-
-
-def arithmetic(node: ast.AST) -> float:
-    """The value of an expression of numbers, parentheses and + - * / // % ** (nothing else is evaluated)."""
-    if isinstance(node, ast.Expression):
-        return arithmetic(node.body)
-    if isinstance(node, ast.Constant) and type(node.value) in (int, float):
-        return node.value
-    if isinstance(node, ast.UnaryOp) and type(node.op) in OPERATORS:
-        return OPERATORS[type(node.op)](arithmetic(node.operand))
-    if isinstance(node, ast.BinOp) and type(node.op) in OPERATORS:
-        left, right = arithmetic(node.left), arithmetic(node.right)
-        if isinstance(node.op, ast.Pow) and abs(right) > 64:  # 9**9**9 would hold the server for minutes
-            raise ValueError("exponents above 64 are not computed")
-        return OPERATORS[type(node.op)](left, right)
-    raise ValueError(f"only numbers and + - * / // % ** are allowed, not {ast.unparse(node)!r}")
+READ_ONLY = ToolAnnotations(readOnlyHint=True)  # the tool changes no state: clients may share a session for it
 
 
 class Point(BaseModel):
@@ -55,26 +39,27 @@ def build_server(faults: bool = False) -> MCPServer:
     server = MCPServer("grpo-recipes example")
     notes: dict[str, str] = {}  # the server's state: its one notebook
 
-    @server.tool()
+    @server.tool(annotations=READ_ONLY)
     def calculate(expression: str) -> str:
         """Evaluate an arithmetic expression (numbers, parentheses, + - * / // % **) and return its value."""
+        operators = ("+", "-", "*", "/", "//", "%", "**")
         try:
-            value = arithmetic(ast.parse(expression, mode="eval"))
-        except (SyntaxError, ValueError, ZeroDivisionError, OverflowError) as err:
-            raise ToolError(f"cannot calculate {expression!r}: {err}") from None
+            value = arithmetic.evaluate(arithmetic.admit(expression, operators))
+        except (ValueError, ZeroDivisionError, OverflowError) as err:
+            raise ToolError(f"cannot calculate {expression[:200]!r}: {err}") from None
         return str(int(value) if isinstance(value, float) and value.is_integer() else value)
 
     @server.tool()
     def write_note(title: str, text: str) -> str:
         """Keep a note under a title, replacing any note of that title. Notes last as long as the server."""
         notes[title] = text
-        return f"saved {title!r}"
+        return f"saved {title[:100]!r}"
 
-    @server.tool()
+    @server.tool(annotations=READ_ONLY)
     def read_note(title: str) -> str:
         """Read the note kept under a title."""
         if title not in notes:
-            raise ToolError(f"no note titled {title!r}; titles: {sorted(notes)}")
+            raise ToolError(f"no note titled {title[:100]!r}")  # not the titles there are: they may be another's
         return notes[title]
 
     if faults:

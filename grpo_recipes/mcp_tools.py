@@ -12,13 +12,19 @@ JSON, so the model is shown everything the server declared.
 
 Sessions (`McpServer.session`): "shared" is one connection for every rollout of the process (a server without state,
 or whose state all rollouts may share); "rollout" opens a new connection at each rollout's reset and closes the last
-one (over stdio, a new server process), so that no rollout sees another's state.
+one (over stdio, a new server process), so that no rollout sees another's state; "auto" (the default) is "shared" when
+every offered tool declares itself read-only (the MCP annotation `readOnlyHint`: it changes no state a rollout could
+leave for another), else "rollout".
 
-A call answers the result's text, cut at `max_result_chars` (marked, and counted as `mcp/truncated`). A call that fails
-(an error result, arguments the server rejects, no answer within `timeout`) raises ToolCallFailed: TRL's loop makes
-it the tool message `{"error": ...}` and counts it in `tools/failure_frequency` (evaluate.py: an `Error:` result). A
-server that is gone (its process ended, its URL refuses) raises StopRun, which TRL's loop does not swallow: the run
-stops with one line naming the server and the last line it wrote to stderr.
+A call answers the result's text, cut at `max_result_chars` (marked, and counted as `mcp/truncated`); an error's text
+is cut the same way. A call that fails (an error result, arguments the server rejects, no answer within `timeout`)
+raises ToolCallFailed: TRL's loop makes it the tool message `{"error": ...}` and counts it in
+`tools/failure_frequency` (evaluate.py: an `Error:` result). A connection whose call timed out is closed (a stdio
+server's process with it) and the next call opens a fresh one, so one call cannot stall every rollout behind it
+(`mcp/timeouts` counts them); MAX_TIMEOUTS_IN_A_ROW timed-out calls with no answered call between them stop the run in
+one line rather than train on failures. A server that is gone (its process ended, its URL refuses) raises StopRun,
+which TRL's loop does not swallow: the run stops with one line naming the server and the last line it wrote to
+stderr.
 
 Trust: a server's tools run outside the sandbox, with the rights of the server's process (a stdio server runs as you).
 """
@@ -40,7 +46,8 @@ from typing import Any, Literal, Union
 from grpo_recipes.contract import NOT_TOOLS, StepHooks
 from grpo_recipes.refusal import Refusal, StopRun
 
-SESSIONS = ("shared", "rollout")
+SESSIONS = ("auto", "shared", "rollout")
+MAX_TIMEOUTS_IN_A_ROW = 8  # timed-out calls with no answered one between them: the server is not coming back
 STARTUP_SECONDS = 60.0  # a stdio server imports its SDK first: seconds on a loaded machine
 JSON_HINTS = {"string": str, "integer": int, "number": float, "boolean": bool, "null": type(None), "array": list,
               "object": dict}
@@ -48,6 +55,10 @@ JSON_HINTS = {"string": str, "integer": int, "number": float, "boolean": bool, "
 
 class ToolCallFailed(Exception):
     """A call the server answered with an error, rejected, or did not answer in time: the rollout's tool message."""
+
+
+class ToolCallTimedOut(ToolCallFailed):
+    """A call the server did not answer within the timeout: its connection is replaced before the next call."""
 
 
 @dataclass(frozen=True)
@@ -59,7 +70,7 @@ class McpServer:
 
     command: str | None = None
     url: str | None = None
-    session: str = "shared"
+    session: str = "auto"
     timeout: float = 30.0
     max_result_chars: int = 4000
     tools: tuple[str, ...] = ()
@@ -161,10 +172,10 @@ class _Connection:
             return future.result(self.server.timeout + 10)  # the SDK's own timeout ends it first
         except concurrent.futures.TimeoutError:
             future.cancel()
-            raise ToolCallFailed(f"{name} did not answer within {self.server.timeout:g} s") from None
+            raise ToolCallTimedOut(f"{name} did not answer within {self.server.timeout:g} s") from None
         except MCPError as err:
             if err.code == REQUEST_TIMEOUT:
-                raise ToolCallFailed(f"{name} did not answer within {self.server.timeout:g} s") from None
+                raise ToolCallTimedOut(f"{name} did not answer within {self.server.timeout:g} s") from None
             if err.code != CONNECTION_CLOSED:
                 raise ToolCallFailed(f"{name}: {err}") from None
             raise StopRun(self.gone(name, err)) from None
@@ -213,17 +224,25 @@ class McpToolbox:
         weakref.finalize(self, _close_all, self._opened)  # a rollout's last connection closes with its toolbox
 
     def reset(self, **row) -> None:
-        if self._tools.server.session == "rollout":
+        if self._tools.session == "rollout":
             _close_all(self._opened)
             self._connection = self._tools.connect()
             self._opened.append(self._connection)
 
     def _call(self, name: str, arguments: dict) -> str:
-        if self._connection is None and self._tools.server.session == "shared":
-            self._connection = self._tools.shared()
+        if self._tools.session == "shared":
+            self._connection = self._tools.shared()  # a fresh one after a timeout
         elif self._connection is None:  # a call before any reset (a toolbox used directly)
             self.reset()
-        result = self._connection.call(name, arguments)
+        try:
+            result = self._connection.call(name, arguments)
+        except ToolCallTimedOut:
+            if self._connection in self._opened:
+                self._opened.remove(self._connection)  # timed_out closes it, in the background
+            self._tools.timed_out(self._connection)
+            if self._tools.session == "rollout":  # this rollout's next call goes to a fresh server
+                self.reset()
+            raise
         return self._tools.answer(name, result)
 
 
@@ -240,7 +259,9 @@ class McpTools:
 
     def __init__(self, server: McpServer):
         self.server = server
-        self.stats = {"calls": 0, "truncated": 0}
+        self.session = server.session  # "auto" is decided when the tools are listed
+        self.stats = {"calls": 0, "truncated": 0, "timeouts": 0}
+        self._timeouts_in_a_row, self._why = 0, ""
         self._loop = self._shared = self._toolbox = None
         self._lock = threading.Lock()
 
@@ -265,7 +286,8 @@ class McpTools:
                  and not name.startswith("_")] if self._toolbox else []
         plural = "s" if len(names) != 1 else ""
         return (f"MCP server {self.server.name()}: {len(names)} tool{plural} ({', '.join(names)}), "
-                f"{'one session per rollout' if self.server.session == 'rollout' else 'one shared session'}; "
+                f"{'one session per rollout' if self.session == 'rollout' else 'one shared session'}"
+                f"{' (auto: ' + self._why + ')' if self.server.session == 'auto' else ''}; "
                 f"they run outside the sandbox, with the server's rights")
 
     def connect(self) -> _Connection:
@@ -273,6 +295,21 @@ class McpTools:
             if self._loop is None:
                 self._loop = _EventLoop()
         return _Connection(self.server, self._loop)
+
+    def timed_out(self, connection: _Connection) -> None:
+        """A call on `connection` timed out: close it in the background (the shared one is replaced at the next
+        call), count it, and stop the run after MAX_TIMEOUTS_IN_A_ROW with no answer between them."""
+        with self._lock:
+            self.stats["timeouts"] += 1
+            self._timeouts_in_a_row += 1
+            if self._shared is connection:
+                self._shared = None
+            in_a_row = self._timeouts_in_a_row
+        threading.Thread(target=connection.close, daemon=True).start()
+        if in_a_row >= MAX_TIMEOUTS_IN_A_ROW:
+            raise StopRun(f"the MCP server {self.server.name()} did not answer {in_a_row} calls in a row within "
+                          f"--mcp_timeout {self.server.timeout:g} s{connection.last_words()}: fix the server, or raise "
+                          "--mcp_timeout, then resume the run")
 
     def shared(self) -> _Connection:
         with self._lock:
@@ -284,7 +321,7 @@ class McpTools:
 
     def list_tools(self) -> list:
         """The server's tools (those of McpServer.tools, when named), listed through a connection of this run."""
-        connection = self.shared() if self.server.session == "shared" else self.connect()
+        connection = self.shared() if self.server.session in ("shared", "auto") else self.connect()
         try:
             client = connection.client()
             listed = connection.loop.submit(client.list_tools()).result(self.server.timeout)
@@ -305,6 +342,15 @@ class McpTools:
             tools = {name: tools[name] for name in self.server.tools}
         if not tools:
             raise Refusal(f"the MCP server {self.server.name()} offers no tools")
+        if self.server.session == "auto":  # shared only where no offered tool can leave state for another rollout
+            writers = [name for name, tool in tools.items()
+                       if not (tool.annotations is not None and tool.annotations.read_only_hint)]
+            self.session = "rollout" if writers else "shared"
+            self._why = f"{', '.join(writers)} may keep state" if writers else "every tool is read-only"
+            if writers:  # the connection that listed them serves no rollout
+                with self._lock:
+                    self._shared = None
+                connection.close()
         return list(tools.values())
 
     def _toolbox_class(self, tools: list) -> type:
@@ -320,9 +366,8 @@ class McpTools:
     def answer(self, name: str, result) -> str:
         """The result as the model reads it; an error result raises ToolCallFailed."""
         text = result_text(result)
-        if result.is_error:
-            raise ToolCallFailed(text or f"{name} failed")
         with self._lock:
+            self._timeouts_in_a_row = 0  # the server answers
             self.stats["calls"] += 1
             if len(text) > self.server.max_result_chars:
                 self.stats["truncated"] += 1
@@ -330,6 +375,8 @@ class McpTools:
             cut = len(text) - self.server.max_result_chars
             text = (f"{text[:self.server.max_result_chars]}\n[{cut} more characters cut: a result is shown up to "
                     f"{self.server.max_result_chars}]")
+        if result.is_error:
+            raise ToolCallFailed(text or f"{name} failed")
         return text
 
 
@@ -451,15 +498,17 @@ def inline_refs(spec, root: dict, depth: int = 0):
 
 
 class McpCallLog(StepHooks):
-    """Logs `mcp/truncated` each logged step: the results cut at --mcp_max_result_chars since the last log (a share
-    that grows says the model reads less than the server answers). Failures are TRL's `tools/failure_frequency`.
+    """Logs `mcp/truncated` and `mcp/timeouts` each logged step: the results cut at --mcp_max_result_chars, and the
+    calls the server did not answer in time, since the last log (a share that grows says the model reads less than
+    the server answers). Failures are TRL's `tools/failure_frequency`.
     In async_grpo.py's rollout process the tools run elsewhere, and nothing is logged here."""
 
     def __init__(self, tools: McpTools):
-        self.tools, self.seen = tools, 0
+        self.tools, self.seen = tools, {"truncated": 0, "timeouts": 0}
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if logs is not None and "loss" in logs:
-            truncated = self.tools.stats["truncated"]
-            logs["mcp/truncated"], self.seen = truncated - self.seen, truncated
+            for name, seen in self.seen.items():
+                now = self.tools.stats[name]
+                logs[f"mcp/{name}"], self.seen[name] = now - seen, now
 

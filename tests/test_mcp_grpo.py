@@ -126,9 +126,9 @@ def test_errors_timeouts_and_long_results_are_the_tools_answer_and_counted():
     tools = {tool.__name__: tool for tool in environment_tools(factory())}
     with pytest.raises(ToolCallFailed, match="boom"):
         tools["fail"](message="boom")
-    with pytest.raises(ToolCallFailed, match="cannot calculate '1/0': division by zero"):
-        tools["calculate"](expression="1/0")
-    with pytest.raises(ToolCallFailed, match="expression"):  # arguments the server's schema rejects
+    with pytest.raises(ToolCallFailed, match="tool calculate: cannot c\n\\[32 more characters cut"):
+        tools["calculate"](expression="1/0")  # '1/0': division by zero, cut like a result
+    with pytest.raises(ToolCallFailed, match="calculate: 1 valida"):  # arguments the server's schema rejects
         tools["calculate"](expr="1")
     started = time.monotonic()
     with pytest.raises(ToolCallFailed, match="sleep did not answer within 1.5 s"):
@@ -136,9 +136,73 @@ def test_errors_timeouts_and_long_results_are_the_tools_answer_and_counted():
     assert time.monotonic() - started < 10
     assert tools["calculate"](expression="2 + 2") == "4"  # the session goes on after a timeout
     answer = tools["long_text"](characters=100)
-    assert answer.startswith("x" * 40 + "\n[60 more characters cut") and factory.stats["truncated"] == 1
+    assert answer.startswith("x" * 40 + "\n[60 more characters cut")
+    assert factory.stats["truncated"] == 3  # this result, and the two errors above cut like results
     # TRL's loop turns an Exception into the tool message {"error": ...} and counts it as a failure
     assert issubclass(ToolCallFailed, Exception)
+
+
+def test_one_call_cannot_hold_the_example_server():
+    """Issue 66: `(((9**64)**64)**64)**64` held the server for ~159 s of CPU (the exponent check bounded only the right
+    operand); every intermediate result is bounded now, and the next call is answered at once."""
+    tools = toolbox(session="shared")
+    for bomb in ("(((9**64)**64)**64)**64", "((9**64)**64)**64", "9**9**9", "(10**999)*(10**999)", "2.0**99999"):
+        started = time.monotonic()
+        with pytest.raises(ToolCallFailed, match="cannot calculate"):
+            tools["calculate"](expression=bomb)
+        assert time.monotonic() - started < 2, bomb
+    assert tools["calculate"](expression="1+1") == "2"
+
+
+def test_by_default_rollouts_share_a_session_only_where_every_tool_is_read_only():
+    """The example server's notes keep state: under the default (auto) each rollout gets its own server, so a rollout
+    cannot read a note a group mate wrote, and the error does not list the titles there are."""
+    stateful = McpTools(McpServer(command=EXAMPLE))
+    stateful.start()
+    assert stateful.session == "rollout" and "auto: write_note may keep state" in stateful.describe()
+    first, second = stateful(), stateful()
+    first.reset()
+    second.reset()
+    call = {box: {tool.__name__: tool for tool in environment_tools(box)} for box in (first, second)}
+    call[first]["write_note"](title="answer", text="42")
+    with pytest.raises(ToolCallFailed) as refused:
+        call[second]["read_note"](title="the answer")
+    assert "answer" not in str(refused.value).replace("'the answer'", "")  # no list of others' titles
+    stateless = McpTools(McpServer(command=EXAMPLE, tools=("calculate",)))
+    stateless.start()
+    assert stateless.session == "shared" and "every tool is read-only" in stateless.describe()
+
+
+def test_an_error_result_is_cut_like_a_result():
+    factory = McpTools(McpServer(command=f"{EXAMPLE} --faults", session="shared", max_result_chars=40))
+    factory.start()
+    tools = {tool.__name__: tool for tool in environment_tools(factory())}
+    with pytest.raises(ToolCallFailed) as failed:
+        tools["fail"](message="y" * 8433)
+    assert len(str(failed.value)) < 200 and "more characters cut" in str(failed.value)
+
+
+@pytest.mark.parametrize("session", ["shared", "rollout"])
+def test_a_server_that_stops_answering_is_replaced_and_repeated_timeouts_stop_the_run(session, monkeypatch):
+    from grpo_recipes import mcp_tools
+
+    factory = McpTools(McpServer(command=f"{EXAMPLE} --faults", session=session, timeout=1.0))
+    factory.start()
+    first, second = factory(), factory()
+    first.reset()
+    second.reset()
+    call = {box: {tool.__name__: tool for tool in environment_tools(box)} for box in (first, second)}
+    with pytest.raises(ToolCallFailed, match="did not answer within 1 s"):
+        call[first]["sleep"](seconds=300)  # holds its server: the connection is closed, the next call opens one
+    started = time.monotonic()
+    assert call[first]["calculate"](expression="1+1") == "2"
+    assert call[second]["calculate"](expression="2+2") == "4"
+    assert time.monotonic() - started < 30 and factory.stats["timeouts"] == 1
+    monkeypatch.setattr(mcp_tools, "MAX_TIMEOUTS_IN_A_ROW", 2)
+    with pytest.raises(ToolCallFailed):
+        call[first]["sleep"](seconds=300)
+    with pytest.raises(StopRun, match="did not answer 2 calls in a row within --mcp_timeout 1 s"):
+        call[first]["sleep"](seconds=300)
 
 
 @pytest.mark.parametrize("transport", ["stdio", "http"])
@@ -154,7 +218,7 @@ def test_a_server_that_dies_stops_the_run_in_one_line_without_hanging(transport,
                 break
             except OSError:
                 time.sleep(0.1)
-        tools = toolbox(command=None, url=url)
+        tools = toolbox(command=None, url=url, session="shared")  # connected before the server dies
         process.kill()
         process.wait()
         call = lambda: tools["calculate"](expression="1")  # noqa: E731
