@@ -13,6 +13,7 @@ import pytest
 
 import reasoning_gym_grpo as recipe
 from grpo_recipes import gym_tasks
+from grpo_recipes.gym_scorer import GRAMMARS as GYM_GRAMMARS
 from conftest import ROOT
 from grpo_recipes import options
 from grpo_recipes.refusal import Refusal
@@ -61,7 +62,18 @@ def hostile(gold: str, row: dict) -> list[str]:
             f"sympify({gold!r})", f"eval({gold!r})", f"(lambda: {gold})()", f"__import__('sympy').expand({gold})"]
     junk = [f"{gold}, extra words", f"{gold} or 0", f"{gold}\n{gold}", f"{gold} junk", f"{gold};0",
             f"0 {gold}", f"junk or {gold}"]
+    task = metadata.get("source_dataset")
+    if task in GYM_GRAMMARS:  # one expression: "0 <gold>" is 0 - (...), the same value, and the rest do not parse
+        junk = []
+    if task in STILL_PAID:  # issue 66, left open: see STILL_PAID
+        return [*FORGERIES, *NOT_NUMBERS]
     return [*FORGERIES, *NOT_NUMBERS, *work, *junk]
+
+
+# Still paid on reasoning-gym 0.1.25, open in issue 66: quantum_lock's scorer finds the gold inside any answer
+# ("simplify(<gold>)" pays), polynomial_equations pays its roots listed twice ("<gold>\n<gold>"), and sokoban reads
+# the moves out of any text ("expand(<moves>)" is the moves).
+STILL_PAID = ("quantum_lock", "polynomial_equations", "sokoban")
 
 
 def hedges(gold: str, wrong: str) -> list[str]:
