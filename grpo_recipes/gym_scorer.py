@@ -19,7 +19,8 @@ several pay the gold followed by anything. So each answer is scored:
   digits the gold does not is 0; and an answer paid in full is cut where each word, comma or line begins: where a
   part of it is paid in full too (the scorer reads less than the whole answer), the answer is paid only if its words
   are the gold's ("1 days" where the scorer reads "1"), so the gold followed by junk, junk then the gold, or a hedge
-  earns 0.
+  earns 0; and so does the gold wrapped in other words (`simplify(<gold>)`), which a scorer that searches its answer
+  for the gold pays.
 """
 
 import base64
@@ -49,6 +50,7 @@ GRAMMARS = {
 NON_FINITE = re.compile(r"(?i)(?<![a-z])(nan|inf|infinity|oo|zoo)(?![a-z])")
 NUMERAL = re.compile(r"\d[\d_]*(?:\.\d*)?(?:[eE][+-]?\d+)?")
 CUTS = re.compile(r"[\s,;|]+")  # where an answer's parts begin: a word, a list item, a line
+LETTER = re.compile(r"[^\W\d_]")
 EDGE_CUTS = 32  # a long answer is cut near each end (and where the gold would end), not at every word
 
 # Imported once in the sandbox's zygote, so each child has reasoning-gym for free (importing it takes a second). One of
@@ -164,6 +166,8 @@ class GymScorer:
             return 0.0
         if any(paid >= 1.0 for paid in scores[1:]) and words(answer) != words(gold):
             return 0.0  # a part is paid in full, and the rest is not the gold's own words: junk, or a hedge
+        if scores[0] >= 1.0 and task not in GRAMMARS and wrapped(answer, gold):
+            return 0.0  # the scorer found the gold inside other words: simplify(<gold>), "the answer is <gold>"
         return min(max(scores[0], 0.0), 1.0)
 
     def _dataset(self, dataset, address: tuple) -> str | None:
@@ -198,6 +202,13 @@ class GymScorer:
 def words(text: str) -> list[str]:
     """The text's parts, as CUTS separates them."""
     return [word for word in CUTS.split(text) if word]
+
+
+def wrapped(answer: str, gold: str) -> bool:
+    """Whether the answer is the gold with letters around it (a scorer that searches its answer for the gold pays
+    that; one that reads the answer whole does not)."""
+    answer, gold = " ".join(answer.split()), " ".join(gold.split())
+    return bool(gold) and answer != gold and gold in answer and LETTER.search(answer.replace(gold, "", 1)) is not None
 
 
 def refused(answer: str, gold: str, task: str, entry: dict) -> str:

@@ -65,15 +65,7 @@ def hostile(gold: str, row: dict) -> list[str]:
     task = metadata.get("source_dataset")
     if task in GYM_GRAMMARS:  # one expression: "0 <gold>" is 0 - (...), the same value, and the rest do not parse
         junk = []
-    if task in STILL_PAID:  # issue 66, left open: see STILL_PAID
-        return [*FORGERIES, *NOT_NUMBERS]
     return [*FORGERIES, *NOT_NUMBERS, *work, *junk]
-
-
-# Still paid on reasoning-gym 0.1.25, open in issue 66: quantum_lock's scorer finds the gold inside any answer
-# ("simplify(<gold>)" pays), polynomial_equations pays its roots listed twice ("<gold>\n<gold>"), and sokoban reads
-# the moves out of any text ("expand(<moves>)" is the moves).
-STILL_PAID = ("quantum_lock", "polynomial_equations", "sokoban")
 
 
 def hedges(gold: str, wrong: str) -> list[str]:
@@ -129,7 +121,7 @@ MANY_RIGHT_ANSWERS = ("n_queens", "sokoban")
 @pytest.mark.slow  # minutes in all (a sandboxed child per answer); reasoning-gym is not the other tiers' business
 @pytest.mark.parametrize("task", gym_tasks.offered_tasks())
 def test_every_offered_task_pays_its_gold_answer_in_full_and_wrong_answers_nothing_at_its_easiest(task):
-    with within(60, f"{task} at level 0"):
+    with within(120, f"{task} at level 0"):  # arc_agi: 46 s on 2 loaded cores (2.7 MB pickled per answer)
         wrong_answers_earn_nothing(task, level=0)
 
 
@@ -137,7 +129,7 @@ def test_every_offered_task_pays_its_gold_answer_in_full_and_wrong_answers_nothi
 @pytest.mark.parametrize("task", gym_tasks.offered_tasks())
 def test_every_offered_task_pays_its_gold_answer_in_full_and_wrong_answers_nothing_at_its_hardest(task):
     tasks = gym_tasks.TaskSet(task, 0, recipe.SYSTEM_PROMPT)
-    with within(120, f"{task} at its hardest level"):
+    with within(240, f"{task} at its hardest level"):  # n_queens: 64 s on 2 loaded cores
         wrong_answers_earn_nothing(task, level=tasks.max_level(task), items=3)
 
 
