@@ -96,7 +96,7 @@ def test_each_notebook_carries_the_current_source_of_every_module_it_imports_and
     sandboxed = {f"grpo_recipes/{name}" for name in sandbox.SANDBOX_FILES} if "grpo_recipes/sandbox.py" in loaded \
         else set()
     assert set(written_files(notebook)) == loaded | sandboxed
-    assert recipe in ("tool_use_grpo", "code_grpo", "sft_warmstart") or not sandboxed  # gsm8k's carries no sandbox
+    assert recipe in ("tool_use_grpo", "code_grpo", "reasoning_gym_grpo", "sft_warmstart") or not sandboxed  # not gsm8k
     for cell in notebook.cells:
         if cell.source.startswith("%%writefile"):
             name, text = cell.source.split("\n", 1)[0].split()[1], cell.source.split("\n", 1)[1]
