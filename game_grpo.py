@@ -144,7 +144,7 @@ class GuessTheNumber:
         if self.done:  # an invalid move, not a turn: the game's record stays what it was at its end
             self.invalid_moves += 1
             return "Error: the game is over; reply in one line without calling guess."
-        if isinstance(number, str) and number.strip().isdigit():  # "42" from a template that quotes every argument
+        if isinstance(number, str) and number.strip().isascii() and number.strip().isdecimal():  # "42", quoted
             number = int(number)
         if not isinstance(number, int) or isinstance(number, bool) or not 1 <= number <= self.max_number:
             return self._invalid(f"guess a whole number from 1 to {self.max_number}, not {number!r}")
@@ -200,7 +200,7 @@ def setup(script_args: ScriptArguments) -> Setup:
     """The game the flags choose, one per rollout, and the rubric bound to the same game for its replays."""
     if script_args.turn_limit < 1 or script_args.max_number < 1:
         raise Refusal("--turn_limit and --max_number: at least 1")
-    factory = new_game(script_args)
+    factory = games.refereed(new_game(script_args))  # a move that raises is an invalid move, live and in replay
     funcs, weights = rewards.combine({functools.partial(reward, new_game=factory): weight
                                       for reward, weight in REWARD_WEIGHTS.items()})
     games_to_play = functools.partial(build_dataset, train_size=script_args.train_size,

@@ -435,19 +435,26 @@ def game_efficiency_reward(completions, seed, new_game, **kwargs) -> list[float]
 
 def game_progress_reward(completions, seed, new_game, log_metric=None, log_extra=None, **kwargs) -> list:
     """Turn-level credit where the game gives one: the mean of the episode's per-turn credits, in [0, 1] (the default
-    game's: how close a guess comes to halving the numbers the hints still allow); 0.0 without a move; None where the
-    game gives none (textarena's).
+    game's: how close a guess comes to halving the numbers the hints still allow), over the turns the game allowed
+    where the episode stopped before the game ended it (turns not played earn 0.0); 0.0 without a move; None where
+    the game gives none (textarena's).
 
     Logged per turn (game_progress/turn_<k>). Invalid and repeated moves earn 0.0 for their turn.
     Gaming it: good moves that never finish the game earn it, so its weight must stay below a win's
-    (tests/test_game_grpo.py probes the recipe's weights); stopping after one good move averages over one turn, and
-    stopping loses the win.
+    (tests/test_game_grpo.py probes the recipe's weights); stopping after one good move earns that move's share of
+    all the turns, never more than playing on, and stopping loses the win.
     """
     played = _replayed(new_game, completions, seed)
     credits = [list(game.credits) for game in played if game.credits is not None]
     _log_turn_credits("game_progress", credits, log_metric, log_extra if len(credits) == len(played) else None)
-    return [None if game.credits is None else sum(game.credits) / len(game.credits) if game.credits else 0.0
+    return [None if game.credits is None else sum(game.credits) / _turns_counted(game) if game.credits else 0.0
             for game in played]
+
+
+def _turns_counted(game) -> int:
+    """The turns a game's credit is averaged over: those played where the game ended the episode, else every turn it
+    allowed (an episode the player stopped early is not averaged over its good first moves alone)."""
+    return len(game.credits) if game.done else max(len(game.credits), getattr(game, "max_turns", 0))
 
 
 # --------------------------------------------------------------------------------------------- length and repetition

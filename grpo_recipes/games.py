@@ -16,8 +16,11 @@ deterministic given its seed and moves (tests/test_game_grpo.py checks the games
 """
 
 import contextlib
+import functools
+import inspect
 import io
 import json
+import re
 import sys
 import threading
 from pathlib import Path
@@ -61,29 +64,72 @@ def _call(call) -> tuple[str, object]:
 
 
 def replay(new_game, seed: int, completion):
-    """A fresh game from `new_game()`, reset with `seed`, after the completion's answered moves. A call the game could
-    not take (an unknown tool, arguments its move does not accept: TRL answered it with an error) counts as an
-    invalid move and, before the game's end, a turn with no credit."""
-    game = new_game()
+    """A fresh game from `new_game()`, reset with `seed`, after the completion's answered moves, each made as the live
+    game made it (refereed: a move that raises is an invalid move that costs a turn, in play and here). A call TRL
+    answered without calling the game (an unknown tool, arguments that are not an object: counted in TRL's
+    tools/failure_frequency) changed nothing in the live game and changes nothing here."""
+    game = _refereed_game(new_game)
     game.reset(seed=seed)
     for name, arguments in answered_moves(completion):
         move = getattr(game, name, None) if name not in NOT_MOVES and not name.startswith("_") else None
-        try:
-            if not callable(move) or not isinstance(arguments, dict):
-                raise TypeError(name)
+        if callable(move) and isinstance(arguments, dict):
             move(**arguments)
-        except Exception:  # noqa: BLE001 - the call's mistake, answered with an error in the rollout as well
-            game.invalid_moves += 1
-            if not game.done:  # after the end, a call changes nothing of the game's record but this count
-                game.turns += 1
-                if game.credits is not None:
-                    game.credits.append(0.0)
     return game
+
+
+def refereed(new_game):
+    """The factory of the same game whose every move, when it raises (arguments it does not take, a value it cannot
+    read: guess("²")), is an invalid move that costs a turn instead, answered with the error; so the live game TRL
+    plays and the rubric's replay take one path for every call. Pickles (TRL's async trainer spawns a process)."""
+    return functools.partial(_refereed_game, new_game)
+
+
+def _refereed_game(new_game):
+    game = new_game()
+    cls = type(game)
+    if cls in _REFEREED.values():  # refereed already
+        return game
+    if cls not in _REFEREED:
+        moves = {name: _refereed_move(move) for name, move in inspect.getmembers(cls, inspect.isfunction)
+                 if name not in NOT_MOVES and not name.startswith("_")}
+        _REFEREED[cls] = type(cls.__name__, (cls,), {**moves, "__module__": cls.__module__, "__doc__": cls.__doc__})
+    game.__class__ = _REFEREED[cls]
+    return game
+
+
+_REFEREED: dict = {}  # each game class's refereed subclass, made once a process
+
+
+def _refereed_move(move):
+    @functools.wraps(move)
+    def refereed_move(game, *args, **kwargs):
+        try:
+            return move(game, *args, **kwargs)
+        except Exception as err:  # noqa: BLE001 - the call's mistake: an invalid move, in play and in the replay
+            return invalid_call(game, f"{type(err).__name__}: {err}"[:200])
+
+    return refereed_move
+
+
+def invalid_call(game, reason: str) -> str:
+    """A move the game could not take: counted invalid and, before the game's end, a turn with no credit (the last
+    turn ends the episode as a loss)."""
+    game.invalid_moves += 1
+    if game.done:
+        return f"Error: {reason}; the game is over."
+    game.turns += 1
+    if game.credits is not None:
+        game.credits.append(0.0)
+    if game.turns >= getattr(game, "max_turns", float("inf")):
+        game.done = True
+        return f"Error: {reason}. No turns left: you lost. Game over."
+    return f"Error: {reason}. That cost a turn."
 
 
 # --------------------------------------------------------------------------------------------------------- textarena
 
 TEXTARENA_PREFIX = "textarena:"
+MOVE = re.compile(r"\[[^\[\]]*\]")  # a move in textarena's format: [A C], [up], [42]
 _SEEDING = threading.Lock()  # textarena seeds Python's global random at reset: one reset at a time in a process
 
 
@@ -153,6 +199,8 @@ class TextArenaGame:
         if self.done:  # an invalid move, not a turn: the game's record stays what it was at its end
             self.invalid_moves += 1
             return "Error: the game is over; stop calling move and reply in one line."
+        if len(MOVE.findall(str(action))) > 1:  # textarena applies every bracketed move in an action: one a turn here
+            return invalid_call(self, f"one move per call, not {len(MOVE.findall(str(action)))} ({str(action)[:60]})")
         self.turns += 1
         errors = self.env.state.error_count
         done, _ = self.env.step(str(action))
