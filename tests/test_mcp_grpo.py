@@ -25,8 +25,9 @@ EXAMPLE = "python -m grpo_recipes.mcp_example_server"
 
 
 def toolbox(**server) -> dict:
-    """One rollout's tools, as TRL makes them: a toolbox from the factory, reset, its methods by name."""
-    factory = McpTools(McpServer(**{"command": f"{EXAMPLE} --faults", **server}))
+    """One rollout's tools, as TRL makes them: a toolbox from the factory, reset, its methods by name (one shared
+    session unless `session` says otherwise: a server process, not one to list and one to call)."""
+    factory = McpTools(McpServer(**{"command": f"{EXAMPLE} --faults", "session": "shared", **server}))
     factory.start()
     box = factory()
     box.reset()

@@ -13,7 +13,7 @@ import pytest
 
 import reasoning_gym_grpo as recipe
 from grpo_recipes import gym_tasks
-from grpo_recipes.gym_scorer import GRAMMARS as GYM_GRAMMARS
+from grpo_recipes.gym_scorer import GRAMMARS as GYM_GRAMMARS, GymScorer
 from conftest import ROOT
 from grpo_recipes import options
 from grpo_recipes.refusal import Refusal
@@ -22,12 +22,15 @@ from grpo_recipes.refusal import Refusal
 GUESSES = ["", "0", "1", "-1", "yes", "no", "True", "False", "None", "A", "[]", "24", "<answer></answer>"]
 
 
+SCORER = GymScorer()  # one sandbox for a worker's walk (its zygote starts in seconds: reasoning-gym imported once)
+
+
 def answered(text: str) -> list[dict]:
     return [{"role": "assistant", "content": f"Let me think.\n<answer>{text}</answer>"}]
 
 
 def scorer_for(task: str, level: int = 0):
-    tasks = gym_tasks.TaskSet(task, 0, recipe.SYSTEM_PROMPT)
+    tasks = gym_tasks.TaskSet(task, 0, recipe.SYSTEM_PROMPT, SCORER)
     curriculum = recipe.Curriculum(tasks, level, window=64, promote_at=0.75, demote_at=0.1, enabled=True)
     return tasks, curriculum, recipe.TaskScorer(tasks, curriculum)
 
@@ -98,13 +101,13 @@ class within:
 def wrong_answers_earn_nothing(task: str, level: int, items: int = 4) -> None:
     tasks, _, correctness = scorer_for(task, level)
     rows = [tasks.row(task, level, "train", i) for i in range(items)]
-    for row in rows:
+    for row in rows:  # the attacks on the first item: each answer is a sandboxed child
         gold = row["answer"]
         # another item's gold is wrong here, except on tasks with many right answers; the question itself, the
         # guesses and the hedges are wrong everywhere
         others = [] if task in MANY_RIGHT_ANSWERS else [o["answer"] for o in rows if not same(o["answer"], gold)][:2]
         hedged = [] if task in MANY_RIGHT_ANSWERS else hedges(gold, (others or ["0"])[0])
-        attacks = hostile(gold, tasks.item(task, level, "train", row["index"]))
+        attacks = hostile(gold, tasks.item(task, level, "train", row["index"])) if row is rows[0] else []
         wrong = [w for w in [*GUESSES, row["prompt"][1]["content"], *others, *hedged, *attacks] if not same(w, gold)]
         scores = correctness(completions=[answered(gold), *map(answered, wrong)], **{
             key: [row[key]] * (1 + len(wrong)) for key in ("task", "level", "split", "index")})
