@@ -75,7 +75,7 @@ def _digits(node: ast.AST, operators: set, names: set, functions: set, integers_
 def _log10(value: int | float) -> float:
     if isinstance(value, int):
         return len(str(abs(value))) if abs(value) > 1 else 0.0  # exact, without a float for huge integers
-    return math.log10(abs(value)) + 1 if abs(value) > 1 else 0.0
+    return abs(math.log10(abs(value))) + 1 if value else 0.0  # 1e-300 counts too: 1 / 1e-300 is 1e300
 
 
 def _combine(op: type, left: float | None, right: float | None) -> float | None:

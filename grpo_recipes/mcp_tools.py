@@ -125,6 +125,7 @@ class _Connection:
         self.server, self.loop = server, loop
         # the server's stderr, read back for the line that says why it ended; closed with this connection's object
         self.stderr = tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace") if server.command else None  # noqa: SIM115
+        self.retired = False  # closed by this run after a call timed out: the calls still on it fail, not the run
         self.ready: concurrent.futures.Future = concurrent.futures.Future()
         self.closing = asyncio.Event()  # made here, so that a close() before the task runs is not missed
         self.held = loop.submit(self._hold())
@@ -162,7 +163,15 @@ class _Connection:
 
     def call(self, name: str, arguments: dict) -> Any:
         """The tool's CallToolResult; ToolCallFailed for a call the server rejected or did not answer in time; StopRun
-        where the server is gone."""
+        where the server is gone (not where this run closed it: see McpTools.timed_out)."""
+        try:
+            return self._call_tool(name, arguments)
+        except (StopRun, ToolCallTimedOut):
+            if self.retired:  # another call timed out here and the connection was closed: this call failed with it
+                raise ToolCallFailed(f"{name}: the server was restarted after another call did not answer") from None
+            raise
+
+    def _call_tool(self, name: str, arguments: dict) -> Any:
         from mcp.shared.exceptions import MCPError
         from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT
 
@@ -300,6 +309,9 @@ class McpTools:
         """A call on `connection` timed out: close it in the background (the shared one is replaced at the next
         call), count it, and stop the run after MAX_TIMEOUTS_IN_A_ROW with no answer between them."""
         with self._lock:
+            if connection.retired:
+                return  # counted and closed already (calls that waited behind the one that timed out)
+            connection.retired = True
             self.stats["timeouts"] += 1
             self._timeouts_in_a_row += 1
             if self._shared is connection:
