@@ -79,6 +79,9 @@ class ScriptArguments:
                                     "rollout; shared: one connection for every rollout (a server without state); "
                                     "rollout: a new one per rollout (over stdio a server process each), so rollouts "
                                     "never share state.", choices=SESSIONS)
+    mcp_warm_pool: bool = arg(True, "With rollout sessions: start each rollout's server ahead of it (a spare per "
+                                     "rollout, closed after 10 idle minutes), so its first call does not wait for a "
+                                     "server to start; false for a server too heavy to run twice over.")
     mcp_tools: list[str] | None = arg(None, "Offer only these of the server's tools (default: all).")
     mcp_env: list[str] | None = arg(None, "Names of this run's environment variables the --mcp_command server gets "
                                           "(an API key: --mcp_env GITHUB_TOKEN); else only PATH, HOME and a few.")
@@ -130,7 +133,7 @@ def mcp_server(script_args: ScriptArguments) -> McpServer:
     return McpServer(command=None if script_args.mcp_url else script_args.mcp_command, url=script_args.mcp_url,
                      session=script_args.mcp_session, timeout=script_args.mcp_timeout,
                      max_result_chars=script_args.mcp_max_result_chars, tools=tuple(script_args.mcp_tools or ()),
-                     env=tuple(script_args.mcp_env or ()))
+                     env=tuple(script_args.mcp_env or ()), warm_pool=script_args.mcp_warm_pool)
 
 
 # %% [markdown]

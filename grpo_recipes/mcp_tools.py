@@ -11,10 +11,19 @@ and what hints cannot carry (a nested object's fields, a range, a default) is wr
 JSON, so the model is shown everything the server declared.
 
 Sessions (`McpServer.session`): "shared" is one connection for every rollout of the process (a server without state,
-or whose state all rollouts may share); "rollout" opens a new connection at each rollout's reset and closes the last
+or whose state all rollouts may share); "rollout" gives each rollout a new connection at its reset and closes its last
 one (over stdio, a new server process), so that no rollout sees another's state; "auto" (the default) is "shared" when
 every offered tool declares itself read-only (the MCP annotation `readOnlyHint`: it changes no state a rollout could
 leave for another), else "rollout".
+
+Warm pool (session "rollout", `McpServer.warm_pool`): the pool holds a spare connection, opened ahead and never used,
+for each toolbox that started a rollout within SPARE_IDLE_SECONDS (TRL keeps a toolbox per rollout of its largest
+batch, and reuses them: training's batch every step, evaluation's extra ones at each evaluation); a reset takes the
+oldest spare and another is started in the background in its place, so a rollout's first call does not wait for a
+server to start (benchmarks/bench_mcp.py measures it). Spares beyond that count are closed, the newest first, within a
+second of becoming surplus (all of them once no rollout has started for SPARE_IDLE_SECONDS). A call that finds its
+server still starting (the first step, a batch larger than any before it, a server slower to start than a step) is
+counted in `mcp/start_waits`.
 
 A call answers the result's text, cut at `max_result_chars` (marked, and counted as `mcp/truncated`); an error's text
 is cut the same way. A call that fails (an error result, arguments the server rejects, no answer within `timeout`)
@@ -30,6 +39,7 @@ Trust: a server's tools run outside the sandbox, with the rights of the server's
 """
 
 import asyncio
+import collections
 import concurrent.futures
 import inspect
 import json
@@ -39,6 +49,7 @@ import shlex
 import sys
 import tempfile
 import threading
+import time
 import weakref
 from dataclasses import dataclass
 from typing import Any, Literal, Union
@@ -47,6 +58,7 @@ from grpo_recipes.contract import NOT_TOOLS, StepHooks
 from grpo_recipes.refusal import Refusal, StopRun
 
 SESSIONS = ("auto", "shared", "rollout")
+SPARE_IDLE_SECONDS = 600.0  # a toolbox with no rollout started this long keeps no spare (an evaluation's; a run's end)
 MAX_TIMEOUTS_IN_A_ROW = 8  # timed-out calls with no answered one between them: the server is not coming back
 STARTUP_SECONDS = 60.0  # a stdio server imports its SDK first: seconds on a loaded machine
 JSON_HINTS = {"string": str, "integer": int, "number": float, "boolean": bool, "null": type(None), "array": list,
@@ -66,7 +78,9 @@ class McpServer:
     """Where the tools are and how they are called: a stdio `command` (started by the client) or a streamable-HTTP
     `url`; the sessions; seconds a call may take; characters of a result the model is shown; the tools offered (all
     when empty); the names of this run's environment variables a stdio server is given besides the SDK's few (PATH,
-    HOME, ...): their values are read where the server starts, never pickled."""
+    HOME, ...): their values are read where the server starts, never pickled; whether session "rollout" keeps spare
+    connections started ahead of the rollouts (a spare server per rollout: False for a server too heavy to run twice
+    over)."""
 
     command: str | None = None
     url: str | None = None
@@ -75,6 +89,7 @@ class McpServer:
     max_result_chars: int = 4000
     tools: tuple[str, ...] = ()
     env: tuple[str, ...] = ()
+    warm_pool: bool = True
 
     def __post_init__(self):
         if (self.command is None) == (self.url is None):
@@ -145,6 +160,7 @@ class _Connection:
 
         try:
             async with Client(self._transport()) as client:
+                await client.list_tools()  # the SDK lists them before a session's first call: here, ahead of it
                 self.ready.set_result(client)
                 await self.closing.wait()
         except BaseException as err:  # noqa: BLE001 - a start that failed is the caller's line; a later end, its calls'
@@ -206,9 +222,12 @@ class _Connection:
         lines = [line.strip() for line in self.stderr.read().splitlines() if line.strip()]
         return f"; its stderr ends: {lines[-1][:300]}" if lines else ""
 
-    def close(self) -> None:
-        """End the session (a stdio server's process exits with it), without waiting on a server that hangs."""
+    def close(self, wait: bool = True) -> None:
+        """End the session (a stdio server's process exits with it); `wait`: until it ended, or 10 s for a server
+        that hangs."""
         self.loop.loop.call_soon_threadsafe(self.closing.set)
+        if not wait:
+            return
         try:
             self.held.result(10)
         except Exception:  # noqa: BLE001 - a server that does not close is left to exit with this process
@@ -234,8 +253,8 @@ class McpToolbox:
 
     def reset(self, **row) -> None:
         if self._tools.session == "rollout":
-            _close_all(self._opened)
-            self._connection = self._tools.connect()
+            _close_all(self._opened)  # in the background: the next rollout does not wait for the last one's server
+            self._connection = self._tools.connect(self)
             self._opened.append(self._connection)
 
     def _call(self, name: str, arguments: dict) -> str:
@@ -243,6 +262,8 @@ class McpToolbox:
             self._connection = self._tools.shared()  # a fresh one after a timeout
         elif self._connection is None:  # a call before any reset (a toolbox used directly)
             self.reset()
+        if not self._connection.ready.done():
+            self._tools.count("start_waits")
         try:
             result = self._connection.call(name, arguments)
         except ToolCallTimedOut:
@@ -257,7 +278,7 @@ class McpToolbox:
 
 def _close_all(connections: list) -> None:
     for connection in connections:
-        connection.close()
+        connection.close(wait=False)
     connections.clear()
 
 
@@ -269,9 +290,12 @@ class McpTools:
     def __init__(self, server: McpServer):
         self.server = server
         self.session = server.session  # "auto" is decided when the tools are listed
-        self.stats = {"calls": 0, "truncated": 0, "timeouts": 0}
+        self.stats = {"calls": 0, "truncated": 0, "timeouts": 0, "start_waits": 0}
         self._timeouts_in_a_row, self._why = 0, ""
         self._loop = self._shared = self._toolbox = None
+        self._spares: collections.deque[_Connection] = collections.deque()  # oldest first: the likeliest ready
+        self._started = weakref.WeakKeyDictionary()  # toolbox -> time.monotonic() of its last rollout's start
+        self._reaping = False  # a _reap_spares is scheduled
         self._lock = threading.Lock()
 
     def __getstate__(self) -> dict:
@@ -299,11 +323,57 @@ class McpTools:
                 f"{' (auto: ' + self._why + ')' if self.server.session == 'auto' else ''}; "
                 f"they run outside the sandbox, with the server's rights")
 
-    def connect(self) -> _Connection:
+    def connect(self, toolbox: McpToolbox) -> _Connection:
+        """A new connection for the toolbox's rollout: the oldest spare where there is one, else one started now;
+        with the warm pool, spares are then started in the background up to one per active toolbox."""
         with self._lock:
-            if self._loop is None:
-                self._loop = _EventLoop()
+            now = time.monotonic()
+            self._started[toolbox] = now
+            connection = self._spares.popleft() if self._spares else self._open()
+            if self.server.warm_pool:
+                while len(self._spares) < self._active(now):
+                    self._spares.append(self._open())
+                if not self._reaping:
+                    self._reaping = True
+                    self._loop.loop.call_soon_threadsafe(self._reap_spares)
+        return connection
+
+    def _active(self, now: float) -> int:
+        """The toolboxes that started a rollout within SPARE_IDLE_SECONDS: the spares the pool keeps."""
+        return sum(now - started < SPARE_IDLE_SECONDS for started in list(self._started.values()))
+
+    def count(self, stat: str) -> None:
+        with self._lock:
+            self.stats[stat] += 1
+
+    def spares(self) -> int:
+        return len(self._spares)
+
+    def close(self) -> None:
+        """Close the shared connection and the spares, and wait for them (the rollouts' own close with their
+        toolboxes)."""
+        with self._lock:
+            connections = [*self._spares, *([self._shared] if self._shared else [])]
+            self._spares.clear()
+            self._shared = None
+        for connection in connections:
+            connection.close()
+
+    def _open(self) -> _Connection:
+        if self._loop is None:
+            self._loop = _EventLoop()
         return _Connection(self.server, self._loop)
+
+    def _reap_spares(self) -> None:
+        """On the client's loop, once a second while there are spares: close those beyond the active toolboxes."""
+        with self._lock:
+            surplus = []
+            while len(self._spares) > self._active(time.monotonic()):
+                surplus.append(self._spares.pop())  # the newest: the oldest are the likeliest ready
+            self._reaping = bool(self._spares)
+            if self._reaping:
+                self._loop.loop.call_later(1.0, self._reap_spares)
+        _close_all(surplus)
 
     def timed_out(self, connection: _Connection) -> None:
         """A call on `connection` timed out: close it in the background (the shared one is replaced at the next
@@ -326,14 +396,16 @@ class McpTools:
     def shared(self) -> _Connection:
         with self._lock:
             if self._shared is None:
-                if self._loop is None:
-                    self._loop = _EventLoop()
-                self._shared = _Connection(self.server, self._loop)
+                self._shared = self._open()
         return self._shared
 
     def list_tools(self) -> list:
         """The server's tools (those of McpServer.tools, when named), listed through a connection of this run."""
-        connection = self.shared() if self.server.session in ("shared", "auto") else self.connect()
+        if self.server.session in ("shared", "auto"):
+            connection = self.shared()
+        else:  # not a rollout's: no spare is taken or started for it
+            with self._lock:
+                connection = self._open()
         try:
             client = connection.client()
             listed = connection.loop.submit(client.list_tools()).result(self.server.timeout)
@@ -510,17 +582,21 @@ def inline_refs(spec, root: dict, depth: int = 0):
 
 
 class McpCallLog(StepHooks):
-    """Logs `mcp/truncated` and `mcp/timeouts` each logged step: the results cut at --mcp_max_result_chars, and the
-    calls the server did not answer in time, since the last log (a share that grows says the model reads less than
-    the server answers). Failures are TRL's `tools/failure_frequency`.
+    """Logs, each logged step, since the last log: `mcp/truncated`, the results cut at --mcp_max_result_chars (a share
+    that grows says the model reads less than the server answers); `mcp/timeouts`, the calls the server did not answer
+    in time; `mcp/start_waits`, the calls that waited for their server to start (the first step's; later ones say the
+    servers start slower than a step, or a batch outgrew the pool); and `mcp/spares`, the spare servers held now.
+    Failures are TRL's `tools/failure_frequency`.
     In async_grpo.py's rollout process the tools run elsewhere, and nothing is logged here."""
 
     def __init__(self, tools: McpTools):
-        self.tools, self.seen = tools, {"truncated": 0, "timeouts": 0}
+        self.tools, self.seen = tools, {"truncated": 0, "timeouts": 0, "start_waits": 0}
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if logs is not None and "loss" in logs:
             for name, seen in self.seen.items():
                 now = self.tools.stats[name]
                 logs[f"mcp/{name}"], self.seen[name] = now - seen, now
+            if self.tools.session == "rollout":
+                logs["mcp/spares"] = self.tools.spares()
 

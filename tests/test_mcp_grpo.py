@@ -103,6 +103,78 @@ def test_a_rollout_session_keeps_its_state_from_every_other_rollout():
         call[first]["read_note"](title="mine")
 
 
+def server_children(command: str) -> set[int]:
+    """The pids of this process's descendants whose command line holds `command` (the servers it started)."""
+    import psutil
+
+    found = set()
+    for child in psutil.Process().children(recursive=True):
+        try:
+            if command in " ".join(child.cmdline()):
+                found.add(child.pid)
+        except psutil.Error:  # gone meanwhile
+            pass
+    return found
+
+
+def test_rollouts_take_warm_spares_that_no_other_rollout_used_and_idle_spares_are_closed(monkeypatch):
+    """Issue 66: a rollout's own server starts ahead of it, so its first call does not wait for a server to start: with
+    a server that takes 3 s to start, the first call after a reset is answered within 1.5 s once the spares are up.
+    Each spare is fresh (a note written in one rollout is in no other), there is one per toolbox that started a rollout
+    within SPARE_IDLE_SECONDS, and the others' servers end."""
+    from grpo_recipes import mcp_tools
+
+    slow = f"sh -c 'sleep 3; exec {sys.executable} -m grpo_recipes.mcp_example_server --faults'"
+    marker = "mcp_example_server --faults"  # in a server's command line once `sh` execs it
+    before = server_children(marker)
+    factory = McpTools(McpServer(command=slow, session="rollout"))
+    factory.start()
+    boxes = [factory(), factory()]
+    calls = [{tool.__name__: tool for tool in environment_tools(box)} for box in boxes]
+    for box in boxes:
+        box.reset()
+    assert factory.spares() == 2  # one per toolbox, started with the first batch
+    calls[0]["write_note"](title="mine", text="secret")  # the first batch's servers start as its calls wait
+    assert factory.stats["start_waits"] == 1
+    deadline = time.monotonic() + 30
+    while not all(spare.ready.done() for spare in factory._spares) and time.monotonic() < deadline:
+        time.sleep(0.1)  # the spares start in the background (3 s and more on a loaded machine)
+    for box, call in zip(boxes, calls, strict=True):
+        started = time.monotonic()
+        box.reset()
+        with pytest.raises(ToolCallFailed, match="no note titled 'mine'"):
+            call["read_note"](title="mine")  # a server no rollout has used
+        assert time.monotonic() - started < 1.5
+    assert factory.stats["start_waits"] == 1 and factory.spares() == 2
+    monkeypatch.setattr(mcp_tools, "SPARE_IDLE_SECONDS", 2.0)
+    for _ in range(8):  # only the first toolbox goes on (as training's after an evaluation's larger batch)
+        boxes[0].reset()
+        time.sleep(0.5)
+    assert factory.spares() == 1
+    while (factory.spares() or len(server_children(marker) - before) > 2) and time.monotonic() < deadline + 20:
+        time.sleep(0.2)  # then none: their servers exit
+    assert factory.spares() == 0 and len(server_children(marker) - before) == 2  # the two rollouts' own servers
+
+
+def test_without_the_warm_pool_each_rollout_starts_its_server_at_its_reset():
+    from grpo_recipes.mcp_tools import McpCallLog
+
+    script_args, _, _ = options.parse_args(mcp_grpo.ScriptArguments, mcp_grpo.RECIPE_DEFAULTS,
+                                           ["--mcp_warm_pool", "false", "--output_dir", "unused"])
+    task = mcp_grpo.setup(script_args)
+    cold = task.environment_factory
+    assert cold.server.warm_pool is False
+    cold.start()
+    box = cold()
+    for _ in range(3):
+        box.reset()
+        assert {tool.__name__: tool for tool in environment_tools(box)}["calculate"](expression="2*3") == "6"
+    assert cold.session == "rollout" and cold.spares() == 0 and cold.stats["start_waits"] == 3
+    logs = {"loss": 0.0}
+    next(hook for hook in task.callbacks if isinstance(hook, McpCallLog)).on_log(None, None, None, logs=logs)
+    assert logs["mcp/start_waits"] == 3 and logs["mcp/spares"] == 0 and logs["mcp/timeouts"] == 0
+
+
 def test_a_stdio_server_gets_the_variables_mcp_env_names_read_where_it_starts(monkeypatch):
     """The SDK gives a stdio server only PATH, HOME and a few: an API key reaches it when --mcp_env names it; its value
     is read where the server starts (a spawned rollout process inherits it), never pickled with the options."""
