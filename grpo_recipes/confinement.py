@@ -14,7 +14,7 @@ import signal
 import sys
 import tempfile
 
-CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWNET = 0x00020000, 0x10000000, 0x40000000
+CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWUSER, CLONE_NEWNET = 0x00020000, 0x04000000, 0x10000000, 0x40000000
 MS_BIND, MS_NOSUID, MS_NODEV = 4096, 2, 4
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_SECCOMP, PR_SET_NO_NEW_PRIVS = 1, 4, 22, 38
 SECCOMP_MODE_FILTER = 2
@@ -26,8 +26,10 @@ CALL_DIR = "/sandbox"  # under bubblewrap: the calls' working directory, HOME an
 # Syscalls a call never needs and an attacker would: tracing, namespaces, mounts, keyrings, kernel attack surface,
 # sockets (no network at all, Unix sockets included), new processes or threads, replacing its program (execve would
 # make it dumpable again), System V IPC and POSIX message queues (the host's, where there is no IPC namespace), legacy
-# AIO (one call can take the machine's whole quota), inotify and fanotify (watching the host's files change), and
-# changes to Landlock rulesets.
+# AIO (one call can take the machine's whole quota), inotify and fanotify (watching the host's files change), changes
+# to Landlock rulesets, the kernel log (syslog: whatever the host's dmesg_restrict), and whatever reads or steers the
+# page cache (mincore, cachestat, preadv2's RWF_NOWAIT read whether a file's pages are cached; fadvise and readahead
+# evict or load them): one call would set bits in files every call can read, and a later one read them.
 DENIED_SYSCALLS = (
     "ptrace", "process_vm_readv", "process_vm_writev", "kcmp", "pidfd_open", "pidfd_getfd", "pidfd_send_signal",
     "unshare", "setns", "mount", "umount2", "pivot_root", "chroot", "open_tree", "move_mount", "fsopen", "fsconfig",
@@ -39,7 +41,8 @@ DENIED_SYSCALLS = (
     "semget", "shmget", "capset", "memfd_create", "statmount", "listmount", "lsm_set_self_attr", "open_tree_attr",
     "execve", "execveat", "shmctl", "shmat", "shmdt", "semctl", "semop", "semtimedop", "msgctl", "msgsnd", "msgrcv",
     "ipc", "io_setup", "io_destroy", "io_submit", "io_cancel", "io_getevents", "io_pgetevents", "inotify_init",
-    "inotify_init1", "inotify_add_watch", "fanotify_init", "fanotify_mark")
+    "inotify_init1", "inotify_add_watch", "fanotify_init", "fanotify_mark", "syslog", "mincore", "cachestat",
+    "fadvise64", "fadvise64_64", "arm_fadvise64_64", "readahead", "preadv2", "pwritev2", "remap_file_pages")
 # Syscalls that name another process in their first argument: allowed only on the caller itself.
 SELF_ONLY_SYSCALLS = ("kill", "tkill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo")
 # Without bubblewrap's read-only mount tree, Landlock still lets a call change what it may only read: modes, owners,
@@ -57,11 +60,17 @@ NEW_SYSCALL_NUMBERS = {
     "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432, "fspick": 433, "pidfd_open": 434, "clone3": 435,
     "openat2": 437, "pidfd_getfd": 438, "process_madvise": 440, "mount_setattr": 442, "landlock_create_ruleset": 444,
     "landlock_add_rule": 445, "memfd_secret": 447, "fchmodat2": 452, "statmount": 457, "listmount": 458,
-    "lsm_set_self_attr": 460, "setxattrat": 463, "removexattrat": 466, "open_tree_attr": 467, "file_setattr": 469}
+    "lsm_set_self_attr": 460, "cachestat": 451, "setxattrat": 463, "removexattrat": 466, "open_tree_attr": 467,
+    "file_setattr": 469}
 # Arguments that turn an allowed syscall into an attack: making a call dumpable again (a core dump would hand its
-# memory to a root helper such as apport or systemd-coredump), and naming a process to signal on I/O (fcntl's
-# F_SETOWN, F_SETOWN_EX, F_SETSIG; ioctl's FIOSETOWN, SIOCSPGRP), which passes signals around the kill() rules.
-DENIED_ARGUMENTS = {"prctl": (0, (PR_SET_DUMPABLE,)), "fcntl": (1, (8, 15, 10)), "ioctl": (1, (0x8901, 0x8902))}
+# memory to a root helper such as apport or systemd-coredump), naming a process to signal on I/O (fcntl's F_SETOWN,
+# F_SETOWN_EX, F_SETSIG; ioctl's FIOSETOWN, SIOCSPGRP), which passes signals around the kill() rules, watching a
+# directory of the host's (fcntl's F_NOTIFY, dnotify), and evicting a file's pages from the cache (madvise's MADV_COLD,
+# MADV_PAGEOUT).
+F_NOTIFY, MADV_COLD, MADV_PAGEOUT = 1026, 20, 21
+DENIED_ARGUMENTS = {"prctl": (0, (PR_SET_DUMPABLE,)), "fcntl": (1, (8, 15, 10, F_NOTIFY)),
+                    "ioctl": (1, (0x8901, 0x8902)), "madvise": (2, (MADV_COLD, MADV_PAGEOUT))}
+HOSTNAME = b"sandbox"  # what a call reads as the machine's name, in place of the host's
 
 
 def random_states() -> list:
@@ -318,6 +327,16 @@ def deny_other_processes(rules, denied, others: list[int] | None) -> None:
                 rules.add_rule(denied, name, seccomp.Arg(0, compare, own), *setting)
 
 
+def own_network_and_name(libc, uid: int | None) -> None:
+    """Where bubblewrap gave no namespaces, best effort: no network (seccomp forbids every socket anyway) and a fixed
+    host name (without a UTS namespace, the host's shows). `uid` None: an ordinary user, through a user namespace,
+    whose capabilities the code does not get."""
+    if libc.unshare(CLONE_NEWNET | CLONE_NEWUTS | (CLONE_NEWUSER if uid is None else 0)) == 0:
+        libc.sethostname(HOSTNAME, len(HOSTNAME))
+    if uid is None:
+        drop_capabilities(libc)
+
+
 def set_limits(request: dict) -> None:
     """The call's resource limits: CPU time, memory, file size, no processes, no core files, 128 descriptors."""
     mb = 1024 * 1024
@@ -342,9 +361,7 @@ def confine(workdir: str, request: dict, confinement: dict, libc, keep: tuple[in
     if confinement["namespaces"]:
         fresh_tmp(libc, confinement["tmp_mb"], confinement["tmp_files"])
     else:
-        libc.unshare(CLONE_NEWNET if uid is not None else CLONE_NEWUSER | CLONE_NEWNET)  # best effort: seccomp
-        if uid is None:  # also forbids every socket. What a new user namespace grants, the code does not get
-            drop_capabilities(libc)
+        own_network_and_name(libc, uid)
     if uid is not None:
         os.setgroups([])
         os.setgid(uid)

@@ -63,7 +63,8 @@ class FunctionTester:
         self.seconds_per_program = seconds_per_program or 2 * seconds_per_test
         options = dict(timeout=seconds_per_test, memory_mb=memory_mb, engine=engine, max_landlock_abi=max_landlock_abi,
                        unsafe_without_isolation=unsafe_without_isolation,
-                       preload=PRELOAD + ("grpo_recipes.plain_data",))  # what the drivers below import
+                       preload=PRELOAD + ("grpo_recipes.plain_data",),  # what the drivers below import
+                       packages=("numpy",))  # plain_data carries its arrays between a program and its tests
         self._workers = [_Worker(options) for _ in range(workers)]
         self._free = self._free_workers()
 

