@@ -277,7 +277,7 @@ class Sandbox:
         if self._zygote is not None and self._zygote.poll() is None:
             return
         self._stop_zygote()  # a dead one: reaped, and its directories removed
-        readable = readable_paths(tool_packages(self.preload + self.packages, self.warmup))
+        roots, readable = readable_paths(tool_packages(self.preload + self.packages, self.warmup))
         config = {"preload": list(self.preload), "warmup": self.warmup, "readable": readable,
                   "max_landlock_abi": self.max_landlock_abi, **self.tmp}
         engine_error = None
@@ -288,7 +288,8 @@ class Sandbox:
             if bwrap:
                 with bwrap_arguments(readable) as fds:  # bwrap's arguments and the zygote's files, by descriptor
                     command = [bwrap, "--args", str(fds[0]), *zygote_command(SANDBOX_DIR)]
-                    engine_error = self._launch(command, {**config, "in_bwrap": True}, bwrap=bwrap, pass_fds=fds)
+                    in_bwrap = {**config, "in_bwrap": True, "readable": roots}  # the rest is not mounted there
+                    engine_error = self._launch(command, in_bwrap, bwrap=bwrap, pass_fds=fds)
             if engine_error and self.unsafe_without_isolation:
                 self._launch(zygote_command(str(PACKAGE.parent)), unconfined)
         else:

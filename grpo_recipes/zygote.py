@@ -31,6 +31,8 @@ MESSAGE_BYTES = 1_000_000  # the longest answer a session's child may give to on
 CONTROL_BYTES = 1 << 20  # the longest control message (the config, with its readable paths and warm-up code)
 REQUEST_BYTES = 64 << 20  # the longest code or program a child reads from its request pipe
 CLEANUP_SECONDS = 10.0  # removing a call's directory (Landlock-only mode) past this: a fresh zygote instead
+IN_CALL_CLEANUP_SECONDS = 0.25  # past this, a call's directory is removed in the background, while the next calls run
+BACKGROUND_REMOVALS = 2  # at most this many at once: a further call whose directory needs one waits for the oldest
 
 
 def serve() -> None:
@@ -125,6 +127,7 @@ def _probe(confinement: dict, libc, code: str) -> str:
 def _serve_requests(control: socket.socket, confinement: dict, libc) -> None:
     """Each control message: a call or a session, with its pipes; each in a directory no other call has seen."""
     in_bwrap, uid = confinement["namespaces"], confinement["uid"]
+    removals = {}  # pid -> deadline of a child removing an earlier call's directory
     while True:
         message, fds, _, _ = socket.recv_fds(control, CONTROL_BYTES, 4)
         if not message:
@@ -140,7 +143,7 @@ def _serve_requests(control: socket.socket, confinement: dict, libc) -> None:
         status = _wait_for_end(control, pid, request.get("deadline"))
         if status is None:
             return  # the trainer has gone
-        kept = not in_bwrap and not _remove_in_child(workdir)  # with bubblewrap the call's tmpfs died with it
+        kept = not in_bwrap and not _remove_in_child(workdir, removals)  # bubblewrap's tmpfs died with the call
         control.send(json.dumps({"status": status, "restart": kept}).encode())
         if kept:
             return  # the trainer starts a fresh zygote, in a fresh directory, and removes this one
@@ -160,26 +163,50 @@ def _wait_for_end(control: socket.socket, pid: int, deadline: float | None) -> i
     return status if message else None
 
 
-def _remove_in_child(workdir: str) -> bool:
-    """Remove a call's directory in a child process (the names it holds never enter the zygote's memory), within
-    CLEANUP_SECONDS; True when it is gone."""
+def _remove_in_child(workdir: str, removals: dict) -> bool:
+    """Remove a call's directory in a child process (the names it holds never enter the zygote's memory): within
+    IN_CALL_CLEANUP_SECONDS, else in the background (no later call can reach it: each has a directory of its own), so
+    that a directory bomb costs its call no more than its deadline. At most BACKGROUND_REMOVALS at once (a further one
+    waits for the oldest), each within CLEANUP_SECONDS. False where one failed: a fresh zygote, which removes them
+    all, is needed."""
     try:
         os.rmdir(workdir)  # empty, as most calls leave it: no names to read, no child needed
-        return True
+        return _reaped(removals, wait=False)
     except OSError:
         pass
     pid = os.fork()
     if pid == 0:
         os._exit(0 if remove_tree(workdir) else 1)
-    deadline, pause = time.monotonic() + CLEANUP_SECONDS, 0.0002
+    removals[pid] = time.monotonic() + CLEANUP_SECONDS
+    ok = _waited(pid, time.monotonic() + IN_CALL_CLEANUP_SECONDS, removals)
+    return ok and _reaped(removals, wait=len(removals) > BACKGROUND_REMOVALS)
+
+
+def _reaped(removals: dict, wait: bool) -> bool:
+    """Reap the background removals that ended (the oldest too, waiting for it, when `wait`); False if one failed or
+    ran out of time."""
+    ok = True
+    for pid, deadline in sorted(removals.items(), key=lambda item: item[1]):
+        ok &= _waited(pid, deadline if wait else 0.0, removals)
+        wait = False
+    return ok
+
+
+def _waited(pid: int, until: float, removals: dict) -> bool:
+    """Wait for the removal `pid` until `until` (killed at its own deadline): False if it failed or was killed."""
+    pause = 0.0002
     while True:
         done, status = os.waitpid(pid, os.WNOHANG)
         if done:
+            del removals[pid]
             return os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
-        if time.monotonic() > deadline:
+        if time.monotonic() > removals[pid]:
             os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
+            del removals[pid]
             return False
+        if time.monotonic() > until:
+            return True  # still going, in the background
         time.sleep(pause)
         pause = min(2 * pause, 0.01)
 

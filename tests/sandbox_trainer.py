@@ -16,13 +16,16 @@ from grpo_recipes.sandbox import Sandbox
 
 
 def descendants(root: int) -> list[int]:
-    """Every process below `root`, from /proc."""
+    """Every process below `root` that still runs, from /proc (an exited child its parent has yet to reap holds
+    nothing: the zygote reaps its background removals at its next call)."""
     parents = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
                 with open(f"/proc/{entry}/stat") as stat:
-                    parents[int(entry)] = int(stat.read().rsplit(")", 1)[1].split()[1])
+                    state, parent = stat.read().rsplit(")", 1)[1].split()[:2]
+                if state != "Z":
+                    parents[int(entry)] = int(parent)
             except OSError:
                 pass
     found, frontier = [], [root]

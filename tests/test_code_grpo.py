@@ -249,7 +249,7 @@ FILES = [path for path in (os.path.join("/usr/bin", name) for name in sorted(os.
 def bits_of(a, b):
     return [os.open(path, os.O_RDONLY) for path in FILES]
 """
-WRITER = CHANNEL + """def add(a, b):
+PAGE_CACHE_WRITER = CHANNEL + """def add(a, b):
     for i, fd in enumerate(bits_of(a, b)):
         libc.posix_fadvise(fd, 0, 0, 4)
         if (a + b) >> i & 1:
@@ -257,7 +257,7 @@ WRITER = CHANNEL + """def add(a, b):
         os.close(fd)
     return a + b
 """
-COPYCAT = CHANNEL + """def add(a, b):
+PAGE_CACHE_COPYCAT = CHANNEL + """def add(a, b):
     value = 0
     for i, fd in enumerate(bits_of(a, b)):
         address = libc.mmap(None, 4096, 1, 1, fd, 0)
@@ -272,10 +272,27 @@ COPYCAT = CHANNEL + """def add(a, b):
 def test_a_program_cannot_copy_a_group_mates_answers_through_the_page_cache(tester):
     """Issue 67: scored after a group mate that computed the answers, a program with no computation of its own read
     them from the page cache and passed (0.0 alone, 1.0 after). The cache can be neither cleared nor read."""
-    assert [v.passed for v in tester.run(WRITER, "add", ADD_TESTS)] == [True] * 3
+    assert [v.passed for v in tester.run(PAGE_CACHE_WRITER, "add", ADD_TESTS)] == [True] * 3
     for test in ADD_TESTS:  # right after the writer computed the same sum
-        assert [v.passed for v in tester.run(WRITER, "add", [test])] == [True]
-        assert [v.passed for v in tester.run(COPYCAT, "add", [test])] == [False], test
+        assert [v.passed for v in tester.run(PAGE_CACHE_WRITER, "add", [test])] == [True]
+        assert [v.passed for v in tester.run(PAGE_CACHE_COPYCAT, "add", [test])] == [False], test
+
+
+def test_in_the_landlock_mode_a_directory_bomb_costs_its_program_two_tests_and_the_next_program_nothing():
+    """Issue 67: without bubblewrap's tmpfs, removing what a program wrote cost it up to 10 s past its deadline (13.5 s
+    against the documented 2 × seconds_per_test); its directory is removed in the background now."""
+    bomb = "import os\ndef add(a, b):\n    while True:\n        os.mkdir('d')\n        os.chdir('d')\n"
+    code_tests = code_grpo.CodeTests(seconds_per_test=2, workers=1, engine="landlock")
+    try:
+        code_tests.start()
+        start = time.monotonic()
+        assert credit(code_tests, bomb) == (0.0, 0.0)
+        assert time.monotonic() - start < 2 * 2 + 1
+        start = time.monotonic()
+        assert credit(code_tests, RIGHT) == (1.0, 1.0)
+        assert time.monotonic() - start < 1
+    finally:
+        code_tests.tester.close()
 
 
 def failing_on_exit(session_of, fault: BaseException):

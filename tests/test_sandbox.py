@@ -142,18 +142,30 @@ def trainer(request):
 
 
 def hostile(trainer, code: str) -> str:
-    """Run an attack; it must return in time, leave no process, and cost the next call under 100 ms."""
+    """Run an attack; it must return in time, cost the next call under 100 ms, and leave no process or file (in the
+    Landlock-only mode, what it wrote may take a background removal a few seconds)."""
     trainer.protections()  # the sandbox is up before the count
     before = trainer.state()["sandbox_processes"]
     start = time.monotonic()
     result = trainer.run(code)
     assert time.monotonic() - start < TIMEOUT + 1.5, result
-    assert trainer.state()["sandbox_processes"] == before, "a process outlived the call"
     start = time.monotonic()
     assert trainer.run("sum(range(10))") == "45"
     assert time.monotonic() - start < 0.1, "the attack slowed the next call"
-    assert trainer.state()["calls_dir_entries"] == [], "a call's directory outlived it"
+    assert left_nothing(trainer, before), "a process or a call's directory outlived the call"
     return result
+
+
+def left_nothing(trainer, processes: list, seconds: float = 30) -> bool:
+    """Whether, within `seconds`, the sandbox's processes are `processes` and no call's directory is left."""
+    deadline = time.monotonic() + seconds
+    while True:
+        now = trainer.state()
+        if now["sandbox_processes"] == processes and now["calls_dir_entries"] == []:
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
 
 
 # ---------------------------------------------------------------------------------------------------- ordinary use
@@ -333,18 +345,19 @@ DIRECTORY_BOMBS = {
 
 @pytest.mark.parametrize("bomb", sorted(DIRECTORY_BOMBS))
 def test_a_directory_bomb_costs_its_own_call_a_bounded_time_and_leaves_nothing(trainer, bomb):
-    """Without bubblewrap's capped tmpfs the call's directory is on the host's disk: removing what it made costs the
-    call's own time, at most CLEANUP_SECONDS past its deadline (the clean-up's promise: a tighter bound failed at
-    8.4 s with CI's other worker busy), never the next call's."""
+    """Without bubblewrap's capped tmpfs the call's directory is on the host's disk. Issue 67: removing a bomb cost its
+    call up to CLEANUP_SECONDS past its deadline (12.2 s for a 2 s call); it is removed in the background now, so the
+    call costs its deadline and a second, and the next call is fast."""
     trainer.protections()
+    before = trainer.state()["sandbox_processes"]
     start = time.monotonic()
     result = trainer.run(DIRECTORY_BOMBS[bomb])
     assert result.startswith(("Error: timed out", "Error: OSError")), result
-    assert time.monotonic() - start < TIMEOUT + zygote.CLEANUP_SECONDS + 2, "removing the bomb took too long"
+    assert time.monotonic() - start < TIMEOUT + 1, "removing the bomb cost its call"
     start = time.monotonic()
     assert trainer.run("import os\nos.listdir('.')") == "[]"
     assert time.monotonic() - start < 0.1, "the bomb slowed the next call"
-    assert trainer.state()["calls_dir_entries"] == []
+    assert left_nothing(trainer, before)
 
 
 def test_every_signal_a_call_sends_itself_is_an_error_and_costs_the_next_call_nothing(trainer):
