@@ -57,9 +57,12 @@ def readable_paths(packages: tuple[str, ...] = ()) -> tuple[list[str], list[str]
     python = [executable, os.path.realpath(executable)]
     for prefix in sorted(prefixes):
         python += [os.path.join(prefix, name) for name in ("lib", "lib64", "pyvenv.cfg")]
+    targets = {os.path.realpath(path) for path in python if not os.path.islink(path)}
     roots = []
     for path in system + python:
-        if path in python and os.path.islink(path) and path != executable:  # a venv's lib64 -> lib: that one shows it
+        real = os.path.realpath(path)
+        if path in python and path != executable and os.path.islink(path) and any(  # a venv's lib64 -> lib: lib
+                real == target or real.startswith(target + "/") for target in targets):  # shows what is shown of it
             continue
         if os.path.lexists(path) and not any(path == p or path.startswith(p.rstrip("/") + "/") for p in roots):
             roots.append(path)
